@@ -1,0 +1,38 @@
+//! Everything upstream of sidecache: topology, slot routing, multiplexed
+//! per-node connections, cluster redirects, TLS and AUTH.
+//!
+//! This crate knows nothing of client connections: it takes encoded commands
+//! (`Bytes`) and returns reply frames (`Bytes`, exactly as the server sent
+//! them), so replies pass through to clients without re-encoding.
+//!
+//! # Layout
+//! - [`config`]: typed configuration (`UpstreamConfig`, seeds, sessions).
+//! - [`slot`]: CRC16 hash slots with `{hash tags}`.
+//! - [`resp`]: reply framing ([`resp::Scanner`]) and decoding ([`resp::Value`]).
+//! - [`conn`]: opening one connection (TCP/TLS, HELLO/AUTH/SELECT).
+//! - [`mux`]: a multiplexed, pipelined connection with a reconnecting supervisor.
+//! - [`node`]: a node's connections per (database, protocol).
+//! - [`topology`]: the slot → node map, replaced whole on refresh.
+//! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
+//! - [`upstream`]: the router tying it together.
+//!
+//! Connections are multiplexed rather than checked out of a pool: an
+//! exclusive checkout per command would cap concurrency at the pool size and
+//! cost a round trip per command, where a shared pipelined connection lets
+//! many clients' commands travel in one write.
+
+pub mod config;
+pub mod conn;
+pub mod error;
+pub mod mux;
+pub mod node;
+pub mod redirect;
+pub mod resp;
+pub mod slot;
+pub mod topology;
+pub mod upstream;
+
+pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
+pub use error::{Error, Result, Side};
+pub use slot::Slot;
+pub use upstream::{ServerInfo, Target, Upstream};

@@ -1,0 +1,49 @@
+//! One upstream node and its multiplexed connections, opened lazily per
+//! (database, protocol) because both are connection state in Redis.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::config::{NodeAddr, Proto, Session};
+use crate::conn::Connector;
+use crate::mux::MuxConn;
+
+/// An upstream node (a master).
+#[derive(Debug)]
+pub struct Node {
+    addr: NodeAddr,
+    connector: Arc<Connector>,
+    pool_size: usize,
+    /// Index `db * 2 + proto`.
+    pools: Box<[OnceLock<Box<[MuxConn]>>]>,
+}
+
+impl Node {
+    /// A node whose connections open on first use.
+    pub fn new(addr: NodeAddr, connector: Arc<Connector>, pool_size: usize, databases: u16) -> Node {
+        let pools = (0..usize::from(databases.max(1)) * 2).map(|_| OnceLock::new()).collect();
+        Node { addr, connector, pool_size: pool_size.max(1), pools }
+    }
+
+    /// The node's address.
+    pub fn addr(&self) -> &NodeAddr {
+        &self.addr
+    }
+
+    /// Number of databases this node accepts in SELECT.
+    pub fn databases(&self) -> u16 {
+        (self.pools.len() / 2) as u16
+    }
+
+    /// The connection for `session`; `hint` spreads clients over the pool
+    /// and keeps one client on one connection (its commands stay in order).
+    /// `None` when the database is out of range.
+    pub fn conn(&self, session: Session, hint: usize) -> Option<&MuxConn> {
+        let idx = usize::from(session.db) * 2 + usize::from(session.proto == Proto::Resp3);
+        let pool = self.pools.get(idx)?.get_or_init(|| {
+            (0..self.pool_size)
+                .map(|_| MuxConn::spawn(Arc::clone(&self.connector), self.addr.clone(), session))
+                .collect()
+        });
+        pool.get(hint % pool.len())
+    }
+}

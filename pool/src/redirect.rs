@@ -1,0 +1,93 @@
+//! What to do with a reply that may be a cluster redirect: a pure function,
+//! tested without sockets.
+
+use crate::config::NodeAddr;
+use crate::resp;
+use crate::slot::Slot;
+
+/// Redirects followed for one command before giving up (as redis-rs and
+/// redis-cli do).
+pub const MAX_REDIRECTS: u32 = 5;
+
+/// The decision for one reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Not a redirect: hand the reply to the client.
+    Done,
+    /// The slot moved for good: update the map, resend to `addr`.
+    Moved {
+        /// The slot named in the reply.
+        slot: Slot,
+        /// The node that owns it now.
+        addr: NodeAddr,
+    },
+    /// The slot is migrating: send `ASKING` + the command to `addr`, once.
+    Ask {
+        /// The importing node.
+        addr: NodeAddr,
+    },
+    /// Resharding of multi-key operation in progress: wait a bit and resend.
+    TryAgain,
+    /// Too many redirects: hand the last reply to the client.
+    GiveUp,
+}
+
+/// Decides what to do with `frame`, the reply to attempt number `attempt`
+/// (0-based) of a command.
+pub fn decide(frame: &[u8], attempt: u32) -> Action {
+    let Some(text) = resp::error_text(frame) else {
+        return Action::Done;
+    };
+    let action = if let Some(rest) = text.strip_prefix(b"MOVED ") {
+        match parse_target(rest) {
+            Some((slot, addr)) => Action::Moved { slot, addr },
+            None => Action::Done,
+        }
+    } else if let Some(rest) = text.strip_prefix(b"ASK ") {
+        match parse_target(rest) {
+            Some((_, addr)) => Action::Ask { addr },
+            None => Action::Done,
+        }
+    } else if text.starts_with(b"TRYAGAIN") {
+        Action::TryAgain
+    } else {
+        Action::Done
+    };
+    if action != Action::Done && attempt >= MAX_REDIRECTS {
+        return Action::GiveUp;
+    }
+    action
+}
+
+fn parse_target(rest: &[u8]) -> Option<(Slot, NodeAddr)> {
+    let s = std::str::from_utf8(rest).ok()?;
+    let (slot, addr) = s.trim().split_once(' ')?;
+    Some((Slot::new(slot.parse().ok()?)?, NodeAddr::parse(addr)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions() {
+        assert_eq!(decide(b"+OK\r\n", 0), Action::Done);
+        assert_eq!(decide(b"-ERR wrong type\r\n", 0), Action::Done);
+        assert_eq!(
+            decide(b"-MOVED 3999 127.0.0.1:6381\r\n", 0),
+            Action::Moved {
+                slot: Slot::new(3999).expect("valid"),
+                addr: NodeAddr { host: "127.0.0.1".into(), port: 6381 }
+            }
+        );
+        assert_eq!(
+            decide(b"-ASK 3999 10.0.0.2:6380\r\n", 1),
+            Action::Ask { addr: NodeAddr { host: "10.0.0.2".into(), port: 6380 } }
+        );
+        assert_eq!(decide(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", 0), Action::TryAgain);
+        assert_eq!(decide(b"-MOVED 1 h:1\r\n", MAX_REDIRECTS), Action::GiveUp);
+        // Malformed redirects are passed to the client untouched.
+        assert_eq!(decide(b"-MOVED x\r\n", 0), Action::Done);
+        assert_eq!(decide(b"-MOVED 99999 h:1\r\n", 0), Action::Done);
+    }
+}

@@ -1,0 +1,352 @@
+//! The router: which node a command goes to, following MOVED/ASK, and
+//! keeping the cluster slot map fresh (periodically and on redirects).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::{Bytes, BytesMut};
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
+use crate::conn::{expect_ok, Connector};
+use crate::error::{Error, Result};
+use crate::mux::Replies;
+use crate::node::Node;
+use crate::redirect::{self, Action};
+use crate::resp::{self, Value};
+use crate::slot::Slot;
+use crate::topology::{self, Topology};
+
+/// Facts about the upstream read at start-up.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// `redis_version` of the first seed.
+    pub version: String,
+    /// Databases a client may SELECT (1 on a cluster).
+    pub databases: u16,
+    /// Whether the upstream is a cluster.
+    pub cluster: bool,
+}
+
+/// Where a command goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    /// The node owning this slot.
+    Slot(Slot),
+    /// A node by index in the topology snapshot used.
+    Node(usize),
+    /// Any node (keyless commands).
+    Any,
+}
+
+struct Inner {
+    cfg: UpstreamConfig,
+    connector: Arc<Connector>,
+    topo: ArcSwap<Topology>,
+    info: ServerInfo,
+    nodes: Mutex<HashMap<NodeAddr, Arc<Node>>>,
+    refresh: Notify,
+    closed: tokio_util_free::CancelFlag,
+}
+
+/// Handle to the upstream; cheap to clone.
+#[derive(Clone)]
+pub struct Upstream {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("info", &self.inner.info).finish()
+    }
+}
+
+impl Upstream {
+    /// Connects to the first reachable seed, detects the mode, reads the
+    /// slot map, and starts the background refresher (cluster).
+    ///
+    /// # Errors
+    /// Any configuration or connection error; nothing is left running.
+    pub async fn connect(cfg: UpstreamConfig) -> Result<Upstream> {
+        let connector = Arc::new(Connector::new(&cfg)?);
+        let mut last_err = None;
+        let mut probe = None;
+        for seed in &cfg.seeds {
+            let cmds: [&[&[u8]]; 3] = [&[b"INFO", b"server"], &[b"INFO", b"cluster"], &[b"CONFIG", b"GET", b"databases"]];
+            match connector.oneshot(&seed.addr, Session::default(), &cmds).await {
+                Ok(r) => {
+                    probe = Some((seed.addr.clone(), r));
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let Some((seed_addr, replies)) = probe else {
+            return Err(last_err.unwrap_or_else(|| Error::Config("no --upstream given".into())));
+        };
+        let server = expect_ok(&replies[0]).map_err(|e| Error::Connect {
+            addr: seed_addr.to_string(),
+            reason: format!("INFO failed: {e}"),
+        })?;
+        let server = server.as_bytes().cloned().unwrap_or_default();
+        let version = info_field(&server, "redis_version").unwrap_or_else(|| "7.0.0".into());
+        let cluster_enabled = expect_ok(&replies[1])
+            .ok()
+            .and_then(|v| v.as_bytes().cloned())
+            .and_then(|b| info_field(&b, "cluster_enabled"))
+            .is_some_and(|v| v == "1");
+        let cluster = match cfg.mode {
+            Mode::Auto => cluster_enabled,
+            Mode::Cluster if !cluster_enabled => {
+                return Err(Error::Config(format!("--mode cluster, but {seed_addr} has cluster mode off")))
+            }
+            Mode::Cluster => true,
+            Mode::Standalone => false,
+        };
+        let databases = if cluster {
+            1
+        } else {
+            Value::decode(&replies[2])
+                .ok()
+                .and_then(Value::into_items)
+                .and_then(|v| v.get(1).and_then(Value::as_int))
+                .and_then(|n| u16::try_from(n).ok())
+                .unwrap_or(16)
+        };
+        let info = ServerInfo { version, databases, cluster };
+        let inner = Arc::new(Inner {
+            topo: ArcSwap::from_pointee(Topology::empty()),
+            connector,
+            info,
+            nodes: Mutex::new(HashMap::new()),
+            refresh: Notify::new(),
+            closed: tokio_util_free::CancelFlag::default(),
+            cfg,
+        });
+        let up = Upstream { inner };
+        if cluster {
+            let ranges = up.read_slots(&seed_addr).await?;
+            up.install(&ranges);
+            tokio::spawn(refresher(Arc::clone(&up.inner), up.inner.cfg.refresh_interval));
+        } else {
+            let node = up.node(&seed_addr);
+            up.inner.topo.store(Arc::new(Topology::standalone(node)));
+        }
+        Ok(up)
+    }
+
+    /// Facts read at start-up.
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.inner.info
+    }
+
+    /// Whether commands are routed by slot.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.info.cluster
+    }
+
+    /// The current topology snapshot.
+    pub fn topology(&self) -> Arc<Topology> {
+        self.inner.topo.load_full()
+    }
+
+    /// Asks the refresher to re-read the slot map soon (rate-limited).
+    pub fn request_refresh(&self) {
+        if self.inner.info.cluster {
+            self.inner.refresh.notify_one();
+        }
+    }
+
+    /// Stops the background refresher.
+    pub fn close(&self) {
+        self.inner.closed.set();
+        self.inner.refresh.notify_one();
+    }
+
+    /// Sends `count` encoded commands to one node as a unit.
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Config`] for a database out of range.
+    pub async fn call(&self, node: &Node, session: Session, hint: usize, payload: Bytes, count: usize) -> Result<Replies> {
+        let conn = node
+            .conn(session, hint)
+            .ok_or_else(|| Error::Config(format!("database {} out of range", session.db)))?;
+        let r = conn.call(payload, count).await;
+        if let Err(e) = &r {
+            if matches!(e, Error::Connect { .. } | Error::ConnectionLost { .. }) {
+                self.request_refresh();
+            }
+        }
+        r
+    }
+
+    /// Runs one command on its target, following redirects.
+    ///
+    /// # Errors
+    /// Connection and routing errors.
+    pub async fn execute(&self, session: Session, hint: usize, target: Target, cmd: Bytes) -> Result<Bytes> {
+        let topo = self.topology();
+        let idx = match target {
+            Target::Slot(s) => topo.node_index(s).inspect_err(|_| self.request_refresh())?,
+            Target::Node(i) => i,
+            Target::Any => 0,
+        };
+        let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
+        let reply = first(self.call(node, session, hint, cmd.clone(), 1).await?)?;
+        let slot = match target {
+            Target::Slot(s) => Some(s),
+            _ => None,
+        };
+        self.follow(session, hint, slot, &cmd, reply).await
+    }
+
+    /// Given the first reply to `cmd`, follows MOVED/ASK/TRYAGAIN until a
+    /// final reply.
+    ///
+    /// # Errors
+    /// Connection errors on the redirected node.
+    pub async fn follow(&self, session: Session, hint: usize, slot: Option<Slot>, cmd: &Bytes, mut reply: Bytes) -> Result<Bytes> {
+        if !self.inner.info.cluster {
+            return Ok(reply);
+        }
+        let mut attempt = 0;
+        loop {
+            match redirect::decide(&reply, attempt) {
+                Action::Done | Action::GiveUp => return Ok(reply),
+                Action::Moved { slot, addr } => {
+                    self.note_moved(slot, &addr);
+                    let node = self.node(&addr);
+                    reply = first(self.call(&node, session, hint, cmd.clone(), 1).await?)?;
+                }
+                Action::Ask { addr } => {
+                    let node = self.node(&addr);
+                    let mut p = BytesMut::with_capacity(cmd.len() + 20);
+                    resp::encode_command(&mut p, &[b"ASKING"]);
+                    p.extend_from_slice(cmd);
+                    let mut r = self.call(&node, session, hint, p.freeze(), 2).await?;
+                    reply = r.pop().ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
+                }
+                Action::TryAgain => {
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt + 1))).await;
+                    let topo = self.topology();
+                    let idx = match slot {
+                        Some(s) => topo.node_index(s)?,
+                        None => 0,
+                    };
+                    let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
+                    reply = first(self.call(node, session, hint, cmd.clone(), 1).await?)?;
+                }
+            }
+            attempt += 1;
+        }
+    }
+
+    /// The node for an address, reusing its connections if known.
+    fn node(&self, addr: &NodeAddr) -> Arc<Node> {
+        let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(nodes.entry(addr.clone()).or_insert_with(|| {
+            Arc::new(Node::new(
+                addr.clone(),
+                Arc::clone(&self.inner.connector),
+                self.inner.cfg.pool_size,
+                self.inner.info.databases,
+            ))
+        }))
+    }
+
+    fn note_moved(&self, slot: Slot, addr: &NodeAddr) {
+        let node = self.node(addr);
+        self.inner.topo.rcu(|t| t.with_slot(slot, Arc::clone(&node)));
+        self.request_refresh();
+    }
+
+    async fn read_slots(&self, addr: &NodeAddr) -> Result<Vec<(u16, u16, NodeAddr)>> {
+        let r = self
+            .inner
+            .connector
+            .oneshot(addr, Session::default(), &[&[b"CLUSTER", b"SLOTS"]])
+            .await?;
+        let v = expect_ok(&r[0])?;
+        topology::parse_cluster_slots(v, addr)
+    }
+
+    fn install(&self, ranges: &[(u16, u16, NodeAddr)]) {
+        let topo = Topology::cluster(ranges, |a| self.node(a));
+        let old = self.inner.topo.swap(Arc::new(topo));
+        let new = self.inner.topo.load();
+        let changed = old.nodes().len() != new.nodes().len()
+            || old.nodes().iter().zip(new.nodes()).any(|(a, b)| a.addr() != b.addr());
+        if changed {
+            let masters: Vec<String> = new.nodes().iter().map(|n| n.addr().to_string()).collect();
+            info!(masters = ?masters, "cluster topology");
+        }
+        // Forget nodes that serve nothing any more.
+        let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes.retain(|a, _| new.index_of(a).is_some());
+    }
+
+    /// Re-reads the slot map from any known master or seed.
+    async fn refresh(&self) -> Result<()> {
+        let mut candidates: Vec<NodeAddr> = self.topology().nodes().iter().map(|n| n.addr().clone()).collect();
+        candidates.extend(self.inner.cfg.seeds.iter().map(|s| s.addr.clone()));
+        let mut last = None;
+        for addr in candidates {
+            match self.read_slots(&addr).await {
+                Ok(ranges) => {
+                    self.install(&ranges);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Topology("no node to ask".into())))
+    }
+}
+
+async fn refresher(inner: Arc<Inner>, every: Duration) {
+    loop {
+        let _ = tokio::time::timeout(every, inner.refresh.notified()).await;
+        if inner.closed.is_set() {
+            return;
+        }
+        let up = Upstream { inner: Arc::clone(&inner) };
+        if let Err(e) = up.refresh().await {
+            warn!(error = %e, "refreshing slot map failed");
+        }
+        // Rate limit: at most a few refreshes a second, however many redirects.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn first(mut r: Replies) -> Result<Bytes> {
+    r.pop().ok_or_else(|| Error::Topology("missing reply".into()))
+}
+
+/// A field of an INFO text.
+pub fn info_field(info: &[u8], field: &str) -> Option<String> {
+    let text = String::from_utf8_lossy(info);
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == field).then(|| v.trim().to_owned())
+    })
+}
+
+mod tokio_util_free {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A one-way flag.
+    #[derive(Debug, Default)]
+    pub struct CancelFlag(AtomicBool);
+
+    impl CancelFlag {
+        pub fn set(&self) {
+            self.0.store(true, Ordering::Release);
+        }
+        pub fn is_set(&self) -> bool {
+            self.0.load(Ordering::Acquire)
+        }
+    }
+}
