@@ -1,0 +1,91 @@
+//! The override list: what `COMMAND` cannot say about how a proxy must treat
+//! a command. Everything not listed is forwarded to its key's node.
+
+use super::table::Flags;
+
+/// How a reply is assembled from per-node parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// MGET: values placed back at their keys' positions.
+    Values,
+    /// DEL/UNLINK/EXISTS/TOUCH/DBSIZE: integers summed.
+    Sum,
+    /// MSET/FLUSHALL/…: `+OK` if every part is, else the first error.
+    AllOk,
+    /// KEYS: arrays concatenated.
+    Concat,
+    /// RANDOMKEY: the first non-nil reply.
+    FirstNonNil,
+    /// SCRIPT LOAD/FUNCTION …: the first error, else the first reply.
+    First,
+}
+
+/// The proxy's treatment of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handling {
+    /// Send to the node of its keys (any node when keyless).
+    Forward,
+    /// Multi-key command split per slot on a cluster (one node otherwise).
+    Split(Merge),
+    /// Sent to every master on a cluster (one node otherwise).
+    FanOut(Merge),
+    /// SCAN: one master at a time, the cursor says which.
+    Scan,
+    /// INFO: a `# Proxy` section plus the upstream's.
+    Info,
+    /// XREAD/XREADGROUP: forwarded unless they BLOCK.
+    MaybeBlocking,
+    /// Needs a dedicated upstream connection; refused with this reason.
+    Unsupported(&'static str),
+}
+
+const TRANSACTIONS: &str = "transactions (MULTI/EXEC/WATCH) are not supported by sidecache yet";
+const PUBSUB: &str = "pub/sub subscriptions and MONITOR are not supported by sidecache yet";
+const BLOCKING: &str = "blocking commands are not supported by sidecache yet";
+const REPLICATION: &str = "replication commands cannot be proxied";
+
+/// The handling of a command named `name` (lower case; `container|sub` for
+/// subcommands), given its flags from `COMMAND`.
+pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handling {
+    match (container, name) {
+        (None, "mget") => Handling::Split(Merge::Values),
+        (None, "mset") => Handling::Split(Merge::AllOk),
+        (None, "del" | "unlink" | "exists" | "touch") => Handling::Split(Merge::Sum),
+        (None, "dbsize") => Handling::FanOut(Merge::Sum),
+        (None, "flushall" | "flushdb") => Handling::FanOut(Merge::AllOk),
+        (None, "keys") => Handling::FanOut(Merge::Concat),
+        (None, "randomkey") => Handling::FanOut(Merge::FirstNonNil),
+        (None, "scan") => Handling::Scan,
+        (None, "info") => Handling::Info,
+        (None, "xread" | "xreadgroup") => Handling::MaybeBlocking,
+        (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => Handling::Unsupported(TRANSACTIONS),
+        (None, "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe" | "monitor") => {
+            Handling::Unsupported(PUBSUB)
+        }
+        (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
+        (None, "wait" | "waitaof") => Handling::Unsupported(BLOCKING),
+        (Some("script"), "script|load" | "script|flush" | "script|exists") => Handling::FanOut(Merge::First),
+        (Some("function"), "function|load" | "function|delete" | "function|flush" | "function|restore") => {
+            Handling::FanOut(Merge::First)
+        }
+        _ if flags.blocking => Handling::Unsupported(BLOCKING),
+        _ => Handling::Forward,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides() {
+        let f = Flags::default();
+        assert_eq!(for_command("mget", None, f), Handling::Split(Merge::Values));
+        assert_eq!(for_command("get", None, f), Handling::Forward);
+        assert_eq!(for_command("script|load", Some("script"), f), Handling::FanOut(Merge::First));
+        let blocking = Flags { blocking: true, ..Flags::default() };
+        assert!(matches!(for_command("blpop", None, blocking), Handling::Unsupported(_)));
+        assert_eq!(for_command("xread", None, blocking), Handling::MaybeBlocking);
+        assert!(matches!(for_command("multi", None, f), Handling::Unsupported(_)));
+    }
+}

@@ -1,0 +1,327 @@
+//! Commands the proxy answers itself: connection and session commands that
+//! must not reach a shared upstream connection (PING, ECHO, QUIT, SELECT,
+//! HELLO, AUTH, CLIENT …, RESET), with Redis's replies and error texts.
+
+use bytes::{Bytes, BytesMut};
+use sidecache_pool::Proto;
+
+use crate::resp::reply::Reply;
+use crate::resp::request::parse_i64;
+use crate::state::{ClientEntry, Shared};
+
+/// A locally answered command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// PING [message]
+    Ping,
+    /// ECHO message
+    Echo,
+    /// QUIT
+    Quit,
+    /// SELECT db
+    Select,
+    /// HELLO [protover [AUTH user pass] [SETNAME name]]
+    Hello,
+    /// AUTH [user] pass
+    Auth,
+    /// CLIENT subcommand …
+    Client,
+    /// RESET
+    Reset,
+    /// CLUSTER …, READONLY, READWRITE, ASKING: the proxy is a standalone server to clients.
+    ClusterDisabled,
+}
+
+impl Local {
+    /// The local command with this lower-case name.
+    pub fn lookup(lname: &[u8]) -> Option<Local> {
+        Some(match lname {
+            b"ping" => Local::Ping,
+            b"echo" => Local::Echo,
+            b"quit" => Local::Quit,
+            b"select" => Local::Select,
+            b"hello" => Local::Hello,
+            b"auth" => Local::Auth,
+            b"client" => Local::Client,
+            b"reset" => Local::Reset,
+            b"cluster" | b"readonly" | b"readwrite" | b"asking" => Local::ClusterDisabled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the command changes state that later commands' routing
+    /// depends on (pending upstream work is flushed before it runs).
+    pub fn changes_session(self) -> bool {
+        matches!(self, Local::Select | Local::Hello | Local::Auth | Local::Reset)
+    }
+
+    /// Whether the command may run before the client authenticated.
+    pub fn allowed_unauthenticated(self) -> bool {
+        matches!(self, Local::Auth | Local::Hello | Local::Quit | Local::Reset)
+    }
+}
+
+/// Per-connection session state.
+#[derive(Debug)]
+pub struct ClientState {
+    /// Client id (CLIENT ID).
+    pub id: u64,
+    /// Selected database.
+    pub db: u16,
+    /// Protocol version.
+    pub proto: Proto,
+    /// Whether AUTH succeeded (always true without `--requirepass`).
+    pub authenticated: bool,
+    /// Registry entry (CLIENT LIST).
+    pub entry: ClientEntry,
+}
+
+/// What the connection does after a local command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Go on reading.
+    Continue,
+    /// Close after the replies so far are written.
+    Close,
+}
+
+/// `-ERR wrong number of arguments for '<name>' command`.
+pub fn arity_error(r: &mut Reply<'_>, name: &str) {
+    r.error(&format!("ERR wrong number of arguments for '{name}' command"));
+}
+
+const NOPASS: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// Runs a local command, writing its reply to `out`.
+pub fn run(cmd: Local, args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesMut) -> Outcome {
+    let mut r = Reply { out, proto: st.proto };
+    match cmd {
+        Local::Ping => match args.len() {
+            1 => r.status("PONG"),
+            2 => r.bulk(&args[1]),
+            _ => arity_error(&mut r, "ping"),
+        },
+        Local::Echo => match args.len() {
+            2 => r.bulk(&args[1]),
+            _ => arity_error(&mut r, "echo"),
+        },
+        Local::Quit => {
+            r.ok();
+            return Outcome::Close;
+        }
+        Local::Select => select(args, st, shared, &mut r),
+        Local::Auth => auth(args, st, shared, &mut r),
+        Local::Hello => hello(args, st, shared, out),
+        Local::Client => client(args, st, shared, &mut r),
+        Local::Reset => {
+            st.db = 0;
+            st.proto = Proto::Resp2;
+            st.authenticated = shared.config.requirepass.is_none();
+            st.entry.name.clear();
+            st.entry.db = 0;
+            st.entry.resp = 2;
+            publish(st, shared);
+            Reply { out, proto: st.proto }.status("RESET");
+        }
+        Local::ClusterDisabled => r.error("ERR This instance has cluster support disabled"),
+    }
+    Outcome::Continue
+}
+
+fn publish(st: &ClientState, shared: &Shared) {
+    shared.with_clients(|c| {
+        c.insert(st.id, st.entry.clone());
+    });
+}
+
+fn select(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'_>) {
+    if args.len() != 2 {
+        return arity_error(r, "select");
+    }
+    let Some(db) = parse_i64(&args[1]) else {
+        return r.error("ERR value is not an integer or out of range");
+    };
+    if shared.upstream.is_cluster() && db != 0 {
+        return r.error("ERR SELECT is not allowed in cluster mode");
+    }
+    let dbs = i64::from(shared.upstream.server_info().databases);
+    if db < 0 || db >= dbs || db > i64::from(u16::MAX) {
+        return r.error("ERR DB index is out of range");
+    }
+    st.db = db as u16;
+    st.entry.db = st.db;
+    publish(st, shared);
+    r.ok();
+}
+
+/// Checks credentials against `--requirepass`, as Redis's default user.
+fn check_auth(user: Option<&[u8]>, pass: &[u8], shared: &Shared) -> Result<(), &'static str> {
+    match (&shared.config.requirepass, user) {
+        (_, Some(u)) if u != b"default" => Err(WRONGPASS),
+        (None, Some(_)) => Ok(()),
+        (None, None) => Err(NOPASS),
+        (Some(p), _) if p.as_bytes() == pass => Ok(()),
+        (Some(_), _) => Err(WRONGPASS),
+    }
+}
+
+fn auth(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'_>) {
+    let result = match args.len() {
+        2 => check_auth(None, &args[1], shared),
+        3 => check_auth(Some(&args[1]), &args[2], shared),
+        0 | 1 => return arity_error(r, "auth"),
+        _ => return r.error("ERR syntax error"),
+    };
+    match result {
+        Ok(()) => {
+            st.authenticated = true;
+            r.ok();
+        }
+        Err(e) => r.error(e),
+    }
+}
+
+fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesMut) {
+    let mut r = Reply { out, proto: st.proto };
+    let mut proto = st.proto;
+    let mut i = 1;
+    if args.len() >= 2 {
+        match parse_i64(&args[1]) {
+            Some(2) => proto = Proto::Resp2,
+            Some(3) => proto = Proto::Resp3,
+            Some(_) => return r.error("NOPROTO unsupported protocol version"),
+            None => return r.error("ERR Protocol version is not an integer or out of range"),
+        }
+        i = 2;
+    }
+    let mut creds = None;
+    let mut name = None;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+            creds = Some((args[i + 1].clone(), args[i + 2].clone()));
+            i += 3;
+        } else if args[i].eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+            name = Some(args[i + 1].clone());
+            i += 2;
+        } else {
+            return r.error(&format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[i])));
+        }
+    }
+    if let Some((u, p)) = &creds {
+        if let Err(e) = check_auth(Some(u), p, shared) {
+            return r.error(e);
+        }
+        st.authenticated = true;
+    }
+    if !st.authenticated {
+        return r.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    if let Some(n) = &name {
+        if !valid_name(n) {
+            return r.error("ERR Client names cannot contain spaces, newlines or special characters.");
+        }
+        st.entry.name = String::from_utf8_lossy(n).into_owned();
+    }
+    st.proto = proto;
+    st.entry.resp = if proto == Proto::Resp3 { 3 } else { 2 };
+    publish(st, shared);
+    let mut r = Reply { out, proto };
+    r.map(7);
+    r.bulk(b"server");
+    r.bulk(b"redis");
+    r.bulk(b"version");
+    r.bulk(shared.upstream.server_info().version.as_bytes());
+    r.bulk(b"proto");
+    r.int(if proto == Proto::Resp3 { 3 } else { 2 });
+    r.bulk(b"id");
+    r.int(st.id as i64);
+    r.bulk(b"mode");
+    r.bulk(b"standalone");
+    r.bulk(b"role");
+    r.bulk(b"master");
+    r.bulk(b"modules");
+    r.array(0);
+}
+
+fn valid_name(n: &[u8]) -> bool {
+    n.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'_>) {
+    if args.len() < 2 {
+        return arity_error(r, "client");
+    }
+    let sub = args[1].to_ascii_lowercase();
+    let argc = args.len();
+    let wrong = |r: &mut Reply<'_>| arity_error(r, &format!("client|{}", String::from_utf8_lossy(&sub)));
+    match &sub[..] {
+        b"id" if argc == 2 => r.int(st.id as i64),
+        b"getname" if argc == 2 => {
+            if st.entry.name.is_empty() {
+                r.nil();
+            } else {
+                r.bulk(st.entry.name.as_bytes());
+            }
+        }
+        b"setname" if argc == 3 => {
+            if !valid_name(&args[2]) {
+                return r.error("ERR Client names cannot contain spaces, newlines or special characters.");
+            }
+            st.entry.name = String::from_utf8_lossy(&args[2]).into_owned();
+            publish(st, shared);
+            r.ok();
+        }
+        b"setinfo" if argc == 4 => {
+            let attr = args[2].to_ascii_lowercase();
+            let field = match &attr[..] {
+                b"lib-name" => &mut st.entry.lib_name,
+                b"lib-ver" => &mut st.entry.lib_ver,
+                _ => return r.error(&format!("ERR Unrecognized option '{}'", String::from_utf8_lossy(&args[2]))),
+            };
+            if !valid_name(&args[3]) && !args[3].is_empty() {
+                return r.error(&format!(
+                    "ERR {} cannot contain spaces, newlines or special characters.",
+                    String::from_utf8_lossy(&attr)
+                ));
+            }
+            *field = String::from_utf8_lossy(&args[3]).into_owned();
+            publish(st, shared);
+            r.ok();
+        }
+        b"info" if argc == 2 => r.verbatim(st.entry.line(st.id).as_bytes()),
+        b"list" => {
+            let text = shared.with_clients(|c| c.iter().map(|(id, e)| e.line(*id)).collect::<String>());
+            r.verbatim(text.as_bytes());
+        }
+        b"no-evict" | b"no-touch" if argc == 3 => {
+            if args[2].eq_ignore_ascii_case(b"on") || args[2].eq_ignore_ascii_case(b"off") {
+                r.ok();
+            } else {
+                r.error("ERR syntax error");
+            }
+        }
+        b"reply" if argc == 3 && args[2].eq_ignore_ascii_case(b"on") => r.ok(),
+        b"help" => {
+            let lines: [&str; 8] = [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ID", "GETNAME", "SETNAME <name>", "SETINFO <LIB-NAME|LIB-VER> <value>", "INFO", "LIST", "(answered by sidecache)",
+            ];
+            r.array(lines.len());
+            for l in lines {
+                r.status(l);
+            }
+        }
+        b"id" | b"getname" | b"setname" | b"setinfo" | b"info" | b"no-evict" | b"no-touch" => wrong(r),
+        b"kill" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir" | b"trackinginfo" | b"unblock"
+        | b"reply" => r.error(&format!(
+            "ERR CLIENT {} is not supported by sidecache",
+            String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
+        )),
+        _ => r.error(&format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
+}

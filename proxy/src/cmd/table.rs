@@ -1,0 +1,372 @@
+//! The command table, loaded from upstream `COMMAND` at start-up: arity,
+//! flags and key positions (legacy first/last/step and Redis 7 key specs).
+//! Routing, (later) caching and invalidation all read this one table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sidecache_pool::resp::Value;
+
+use super::handling::{self, Handling};
+
+/// Command flags the proxy cares about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// May modify data.
+    pub write: bool,
+    /// Never modifies data.
+    pub readonly: bool,
+    /// May block the connection.
+    pub blocking: bool,
+    /// Key positions depend on the arguments.
+    pub movablekeys: bool,
+    /// Pub/sub command.
+    pub pubsub: bool,
+}
+
+/// Where a key search begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeginSearch {
+    /// At a fixed argument index.
+    Index(usize),
+    /// After a keyword, searched from `startfrom` (negative: from the end).
+    Keyword {
+        /// The keyword, upper case.
+        keyword: Vec<u8>,
+        /// Start index.
+        startfrom: i64,
+    },
+    /// Not expressible.
+    Unknown,
+}
+
+/// How keys are found once the search began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindKeys {
+    /// A range of arguments.
+    Range {
+        /// Last key relative to the first (negative: from the end).
+        lastkey: i64,
+        /// Step between keys.
+        keystep: i64,
+        /// When `lastkey == -1`, only `1/limit` of the remaining arguments.
+        limit: i64,
+    },
+    /// A count argument, then that many keys.
+    Keynum {
+        /// Index of the count relative to the begin position.
+        keynumidx: i64,
+        /// First key relative to the begin position.
+        firstkey: i64,
+        /// Step between keys.
+        keystep: i64,
+    },
+    /// Not expressible.
+    Unknown,
+}
+
+/// One Redis 7 key specification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    /// Where to start.
+    pub begin: BeginSearch,
+    /// How to find keys from there.
+    pub find: FindKeys,
+}
+
+/// Everything known of one command (or subcommand).
+#[derive(Debug)]
+pub struct CommandInfo {
+    /// Lower-case name, `container|sub` for subcommands.
+    pub name: String,
+    /// Redis arity (negative: at least).
+    pub arity: i64,
+    /// Flags.
+    pub flags: Flags,
+    /// Legacy key positions.
+    pub first: i64,
+    /// Legacy last key (negative: from the end).
+    pub last: i64,
+    /// Legacy step.
+    pub step: i64,
+    /// Key specs (Redis 7).
+    pub specs: Vec<KeySpec>,
+    /// Subcommands by lower-case subcommand name.
+    pub subcommands: HashMap<Vec<u8>, Arc<CommandInfo>>,
+    /// How the proxy handles it.
+    pub handling: Handling,
+}
+
+/// Why keys could not be extracted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysError {
+    /// The arguments do not fit the spec (wrong arity, bad numkeys); the
+    /// server will reply with the precise error.
+    Invalid,
+    /// The spec cannot express this command's keys.
+    Unknown,
+}
+
+impl CommandInfo {
+    /// Whether `argc` arguments satisfy the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    /// Appends the indexes of the key arguments in `args` to `out`.
+    ///
+    /// # Errors
+    /// [`KeysError`] when the keys cannot be determined.
+    pub fn keys(&self, args: &[Bytes], out: &mut Vec<usize>) -> Result<(), KeysError> {
+        if !self.arity_ok(args.len()) {
+            return Err(KeysError::Invalid);
+        }
+        if self.specs.is_empty() {
+            return self.legacy_keys(args.len(), out);
+        }
+        let argc = args.len() as i64;
+        for spec in &self.specs {
+            let first = match &spec.begin {
+                BeginSearch::Index(i) => *i as i64,
+                BeginSearch::Keyword { keyword, startfrom } => {
+                    let (start, end) = if *startfrom > 0 { (*startfrom, argc - 1) } else { (argc + startfrom, 0) };
+                    let mut i = start;
+                    let mut found = 0;
+                    while i != end {
+                        if i >= argc || i < 1 {
+                            break;
+                        }
+                        if args[i as usize].eq_ignore_ascii_case(keyword) {
+                            found = i + 1;
+                            break;
+                        }
+                        i = if start <= end { i + 1 } else { i - 1 };
+                    }
+                    if found == 0 {
+                        continue;
+                    }
+                    found
+                }
+                BeginSearch::Unknown => return self.fallback(args.len(), out),
+            };
+            let (first, last, step) = match &spec.find {
+                FindKeys::Range { lastkey, keystep, limit } => {
+                    let last = if *lastkey >= 0 {
+                        first + lastkey
+                    } else if *limit == 0 {
+                        argc + lastkey
+                    } else {
+                        first + ((argc - first) / limit + lastkey)
+                    };
+                    (first, last, *keystep)
+                }
+                FindKeys::Keynum { keynumidx, firstkey, keystep } => {
+                    let idx = first + keynumidx;
+                    if idx >= argc {
+                        return Err(KeysError::Invalid);
+                    }
+                    let n = crate::resp::request::parse_i64(&args[idx as usize]).ok_or(KeysError::Invalid)?;
+                    if n < 0 {
+                        return Err(KeysError::Invalid);
+                    }
+                    let first = first + firstkey;
+                    (first, first + n - 1, *keystep)
+                }
+                FindKeys::Unknown => return self.fallback(args.len(), out),
+            };
+            if step <= 0 {
+                return Err(KeysError::Unknown);
+            }
+            let mut i = first;
+            while i <= last {
+                if i >= argc || i < first {
+                    if self.arity < 0 {
+                        i += step;
+                        continue;
+                    }
+                    return Err(KeysError::Invalid);
+                }
+                out.push(i as usize);
+                i += step;
+            }
+        }
+        Ok(())
+    }
+
+    fn fallback(&self, argc: usize, out: &mut Vec<usize>) -> Result<(), KeysError> {
+        if self.flags.movablekeys || self.first <= 0 {
+            return Err(KeysError::Unknown);
+        }
+        self.legacy_keys(argc, out)
+    }
+
+    fn legacy_keys(&self, argc: usize, out: &mut Vec<usize>) -> Result<(), KeysError> {
+        if self.first <= 0 {
+            return if self.flags.movablekeys { Err(KeysError::Unknown) } else { Ok(()) };
+        }
+        let argc = argc as i64;
+        let last = if self.last < 0 { argc + self.last } else { self.last };
+        let step = self.step.max(1);
+        let mut i = self.first;
+        while i <= last && i < argc {
+            out.push(i as usize);
+            i += step;
+        }
+        Ok(())
+    }
+}
+
+/// The table.
+#[derive(Debug, Default)]
+pub struct CommandTable {
+    commands: HashMap<Vec<u8>, Arc<CommandInfo>>,
+}
+
+/// Longest command name looked up (longer names are unknown commands).
+const MAX_NAME: usize = 64;
+
+impl CommandTable {
+    /// Builds the table from a decoded `COMMAND` reply.
+    ///
+    /// # Errors
+    /// A message when the reply is not a command list.
+    pub fn from_command_reply(reply: Value) -> Result<CommandTable, String> {
+        let items = reply.into_items().ok_or("COMMAND reply is not an array")?;
+        let mut commands = HashMap::with_capacity(items.len());
+        for item in items {
+            if let Some(info) = parse_entry(item, None) {
+                commands.insert(info.name.as_bytes().to_vec(), Arc::new(info));
+            }
+        }
+        if commands.is_empty() {
+            return Err("COMMAND reply lists no commands".into());
+        }
+        Ok(CommandTable { commands })
+    }
+
+    /// Number of top-level commands.
+    pub fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// Looks up a command by its arguments (resolving subcommands).
+    pub fn lookup(&self, args: &[Bytes]) -> Option<&Arc<CommandInfo>> {
+        let name = args.first()?;
+        let mut lower = [0u8; MAX_NAME];
+        let lname = lowercase(name, &mut lower)?;
+        let info = self.commands.get(lname)?;
+        if !info.subcommands.is_empty() {
+            if let Some(sub) = args.get(1) {
+                let mut lsub = [0u8; MAX_NAME];
+                if let Some(s) = lowercase(sub, &mut lsub).and_then(|s| info.subcommands.get(s)) {
+                    return Some(s);
+                }
+            }
+        }
+        Some(info)
+    }
+}
+
+/// Lower-cases `s` into `buf` without allocating; `None` if too long.
+pub fn lowercase<'a>(s: &[u8], buf: &'a mut [u8; MAX_NAME]) -> Option<&'a [u8]> {
+    if s.len() > MAX_NAME {
+        return None;
+    }
+    for (d, c) in buf.iter_mut().zip(s) {
+        *d = c.to_ascii_lowercase();
+    }
+    Some(&buf[..s.len()])
+}
+
+fn kv(v: Value) -> HashMap<String, Value> {
+    let mut out = HashMap::new();
+    let items = v.into_items().unwrap_or_default();
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if let Some(k) = k.as_bytes() {
+            out.insert(String::from_utf8_lossy(k).to_ascii_lowercase(), v);
+        }
+    }
+    out
+}
+
+fn int(m: &HashMap<String, Value>, k: &str) -> i64 {
+    m.get(k).and_then(Value::as_int).unwrap_or(0)
+}
+
+fn parse_spec(v: Value) -> KeySpec {
+    let mut m = kv(v);
+    let begin = m.remove("begin_search").map(kv).unwrap_or_default();
+    let find = m.remove("find_keys").map(kv).unwrap_or_default();
+    let ty = |m: &HashMap<String, Value>| m.get("type").and_then(|t| t.as_bytes().cloned()).unwrap_or_default();
+    let bspec = begin.get("spec").cloned().map(kv).unwrap_or_default();
+    let fspec = find.get("spec").cloned().map(kv).unwrap_or_default();
+    let begin = match &ty(&begin)[..] {
+        b"index" => BeginSearch::Index(int(&bspec, "index").max(0) as usize),
+        b"keyword" => BeginSearch::Keyword {
+            keyword: bspec.get("keyword").and_then(|k| k.as_bytes().map(|b| b.to_ascii_uppercase())).unwrap_or_default(),
+            startfrom: int(&bspec, "startfrom"),
+        },
+        _ => BeginSearch::Unknown,
+    };
+    let find = match &ty(&find)[..] {
+        b"range" => FindKeys::Range {
+            lastkey: int(&fspec, "lastkey"),
+            keystep: int(&fspec, "keystep"),
+            limit: int(&fspec, "limit"),
+        },
+        b"keynum" => FindKeys::Keynum {
+            keynumidx: int(&fspec, "keynumidx"),
+            firstkey: int(&fspec, "firstkey"),
+            keystep: int(&fspec, "keystep"),
+        },
+        _ => FindKeys::Unknown,
+    };
+    KeySpec { begin, find }
+}
+
+fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
+    let mut items = v.into_items()?.into_iter();
+    let name = String::from_utf8_lossy(items.next()?.as_bytes()?).to_ascii_lowercase();
+    let arity = items.next()?.as_int()?;
+    let mut flags = Flags::default();
+    for f in items.next()?.into_items().unwrap_or_default() {
+        match f.as_bytes().map(|b| b.to_ascii_lowercase()).as_deref() {
+            Some(b"write") => flags.write = true,
+            Some(b"readonly") => flags.readonly = true,
+            Some(b"blocking") => flags.blocking = true,
+            Some(b"movablekeys") => flags.movablekeys = true,
+            Some(b"pubsub") => flags.pubsub = true,
+            _ => {}
+        }
+    }
+    let first = items.next().and_then(|v| v.as_int()).unwrap_or(0);
+    let last = items.next().and_then(|v| v.as_int()).unwrap_or(0);
+    let step = items.next().and_then(|v| v.as_int()).unwrap_or(0);
+    let _acl = items.next();
+    let _tips = items.next();
+    let specs = items.next().and_then(Value::into_items).unwrap_or_default().into_iter().map(parse_spec).collect();
+    let mut subcommands = HashMap::new();
+    for sub in items.next().and_then(Value::into_items).unwrap_or_default() {
+        if let Some(s) = parse_entry(sub, Some(&name)) {
+            let short = s.name.rsplit('|').next().unwrap_or(&s.name).as_bytes().to_vec();
+            subcommands.insert(short, Arc::new(s));
+        }
+    }
+    let handling = handling::for_command(&name, container, flags);
+    Some(CommandInfo { name, arity, flags, first, last, step, specs, subcommands, handling })
+}
+
+#[cfg(test)]
+mod tests;

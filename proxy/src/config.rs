@@ -1,0 +1,367 @@
+//! Configuration: command-line flags, `SIDECACHE_*` environment variables
+//! and an optional TOML file, merged with precedence flag > env > file >
+//! default, validated once into [`Config`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use sidecache_pool::{Mode, Seed, UpstreamConfig};
+
+/// Default TCP listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:6380";
+/// Default permission bits of the Unix socket.
+pub const DEFAULT_UNIX_SOCKET_MODE: u32 = 0o660;
+/// Default largest bulk string a client may send (Redis's default).
+pub const DEFAULT_PROTO_MAX_BULK_LEN: u64 = 512 * 1024 * 1024;
+/// Default largest number of elements in one request.
+pub const DEFAULT_MAX_MULTIBULK_LEN: u64 = 4 * 1024 * 1024;
+/// Default largest unparsed request held for one client (Redis's default).
+pub const DEFAULT_CLIENT_QUERY_BUFFER_LIMIT: u64 = 1024 * 1024 * 1024;
+/// Default maximum simultaneous clients (Redis's default).
+pub const DEFAULT_MAXCLIENTS: usize = 10_000;
+/// Default multiplexed upstream connections per node.
+pub const DEFAULT_POOL_SIZE: usize = 2;
+
+/// Upstream deployment mode, as given on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    /// Ask the server (`INFO cluster`).
+    Auto,
+    /// One server.
+    Standalone,
+    /// Redis Cluster.
+    Cluster,
+}
+
+/// Every option, as given (all optional so that sources can be merged).
+#[derive(Debug, Default, Parser, Deserialize)]
+#[command(name = "sidecache", version, about = "A Redis-protocol caching sidecar proxy for Redis, Redis Cluster and ElastiCache.")]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// TOML file with any of these options (keys as the long flag names, `-` as `_`).
+    #[arg(long, env = "SIDECACHE_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// TCP address to listen on [default: 127.0.0.1:6380].
+    #[arg(long, env = "SIDECACHE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Also listen on this Unix socket path (a stale socket file is replaced).
+    #[arg(long, env = "SIDECACHE_UNIX_SOCKET", value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+
+    /// Permission bits of the Unix socket, octal [default: 0660].
+    #[arg(long, env = "SIDECACHE_UNIX_SOCKET_MODE", value_name = "OCTAL")]
+    pub unix_socket_mode: Option<String>,
+
+    /// Upstream URL, `redis://[[user]:pass@]host[:port][/db]` or `rediss://…` for TLS;
+    /// repeat (or comma-separate in the env var) to give several cluster seeds.
+    #[arg(long, env = "SIDECACHE_UPSTREAM", value_name = "URL", value_delimiter = ',')]
+    pub upstream: Vec<String>,
+
+    /// Upstream mode: auto asks the server whether cluster mode is on [default: auto].
+    #[arg(long, env = "SIDECACHE_MODE", value_enum)]
+    pub mode: Option<ModeArg>,
+
+    /// Multiplexed upstream connections per node [default: 2].
+    #[arg(long, env = "SIDECACHE_POOL_SIZE", value_name = "N")]
+    pub pool_size: Option<usize>,
+
+    /// Largest bulk string a client may send; accepts kb/mb/gb [default: 512mb].
+    #[arg(long, env = "SIDECACHE_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
+    pub proto_max_bulk_len: Option<String>,
+
+    /// Largest number of arguments in one request [default: 4194304].
+    #[arg(long, env = "SIDECACHE_MAX_MULTIBULK_LEN", value_name = "N")]
+    pub max_multibulk_len: Option<u64>,
+
+    /// Largest incomplete request buffered for one client before it is
+    /// disconnected; accepts kb/mb/gb [default: 1gb].
+    #[arg(long, env = "SIDECACHE_CLIENT_QUERY_BUFFER_LIMIT", value_name = "BYTES")]
+    pub client_query_buffer_limit: Option<String>,
+
+    /// Maximum simultaneous clients; more get `-ERR max number of clients reached` [default: 10000].
+    #[arg(long, env = "SIDECACHE_MAXCLIENTS", value_name = "N")]
+    pub maxclients: Option<usize>,
+
+    /// Password clients must send with AUTH (none by default, as Redis).
+    #[arg(long, env = "SIDECACHE_REQUIREPASS", value_name = "PASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
+
+    /// Seconds to finish in-flight work after SIGTERM/SIGINT [default: 30].
+    #[arg(long, env = "SIDECACHE_SHUTDOWN_TIMEOUT", value_name = "SECS")]
+    pub shutdown_timeout: Option<f64>,
+
+    /// Seconds allowed to connect (and authenticate) to an upstream node [default: 3].
+    #[arg(long, env = "SIDECACHE_CONNECT_TIMEOUT", value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+
+    /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
+    #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
+    pub refresh_interval: Option<f64>,
+
+    /// PEM file of extra CA certificates to trust for rediss:// upstreams.
+    #[arg(long, env = "SIDECACHE_TLS_CA_FILE", value_name = "PEM")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// Log filter (tracing syntax, e.g. `info` or `sidecache=debug`) [default: info].
+    #[arg(long, env = "SIDECACHE_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+/// A configuration error naming the option.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    /// The option, as its long flag.
+    pub key: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError { key, message: message.into() }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// TCP listen address.
+    pub listen: SocketAddr,
+    /// Unix socket path and mode.
+    pub unix_socket: Option<(PathBuf, u32)>,
+    /// Upstream settings for the pool.
+    pub upstream: UpstreamConfig,
+    /// Largest client bulk.
+    pub proto_max_bulk_len: u64,
+    /// Largest client multibulk.
+    pub max_multibulk_len: u64,
+    /// Largest buffered request.
+    pub client_query_buffer_limit: u64,
+    /// Maximum clients.
+    pub maxclients: usize,
+    /// Client password.
+    pub requirepass: Option<String>,
+    /// Drain budget.
+    pub shutdown_timeout: Duration,
+    /// Log filter.
+    pub log_level: String,
+}
+
+impl Options {
+    /// Fills unset options from `file`.
+    fn or(self, file: Options) -> Options {
+        Options {
+            config: self.config,
+            listen: self.listen.or(file.listen),
+            unix_socket: self.unix_socket.or(file.unix_socket),
+            unix_socket_mode: self.unix_socket_mode.or(file.unix_socket_mode),
+            upstream: if self.upstream.is_empty() { file.upstream } else { self.upstream },
+            mode: self.mode.or(file.mode),
+            pool_size: self.pool_size.or(file.pool_size),
+            proto_max_bulk_len: self.proto_max_bulk_len.or(file.proto_max_bulk_len),
+            max_multibulk_len: self.max_multibulk_len.or(file.max_multibulk_len),
+            client_query_buffer_limit: self.client_query_buffer_limit.or(file.client_query_buffer_limit),
+            maxclients: self.maxclients.or(file.maxclients),
+            requirepass: self.requirepass.or(file.requirepass),
+            shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            refresh_interval: self.refresh_interval.or(file.refresh_interval),
+            tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
+            log_level: self.log_level.or(file.log_level),
+        }
+    }
+}
+
+impl Config {
+    /// Merges flags/env with the `--config` file and validates.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first bad option.
+    pub fn load(cli: Options) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => read_file(path)?,
+            None => Options::default(),
+        };
+        Config::from_options(cli.or(file))
+    }
+
+    /// Validates merged options and applies defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first bad option.
+    pub fn from_options(o: Options) -> Result<Config, ConfigError> {
+        let listen = o.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen
+            .parse()
+            .map_err(|_| err("--listen", format!("{listen:?} is not an address like 127.0.0.1:6380")))?;
+        let mode_bits = match &o.unix_socket_mode {
+            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|b| *b <= 0o777)
+                .ok_or_else(|| err("--unix-socket-mode", format!("{m:?} is not octal permission bits like 0660")))?,
+            None => DEFAULT_UNIX_SOCKET_MODE,
+        };
+        if o.upstream.is_empty() {
+            return Err(err("--upstream", "required (e.g. --upstream redis://127.0.0.1:6379)"));
+        }
+        let seeds = o
+            .upstream
+            .iter()
+            .map(|u| Seed::parse(u.trim()).map_err(|e| err("--upstream", e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let secs = |key: &'static str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+            let v = v.unwrap_or(default);
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
+        };
+        let pool_size = o.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
+        if pool_size == 0 || pool_size > 64 {
+            return Err(err("--pool-size", "must be between 1 and 64"));
+        }
+        let upstream = UpstreamConfig {
+            seeds,
+            mode: match o.mode.unwrap_or(ModeArg::Auto) {
+                ModeArg::Auto => Mode::Auto,
+                ModeArg::Standalone => Mode::Standalone,
+                ModeArg::Cluster => Mode::Cluster,
+            },
+            pool_size,
+            connect_timeout: secs("--connect-timeout", o.connect_timeout, 3.0)?,
+            refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
+            tls_ca_file: o.tls_ca_file,
+            ..UpstreamConfig::default()
+        };
+        let proto_max_bulk_len = size("--proto-max-bulk-len", o.proto_max_bulk_len.as_deref(), DEFAULT_PROTO_MAX_BULK_LEN)?;
+        if proto_max_bulk_len < 1024 * 1024 {
+            return Err(err("--proto-max-bulk-len", "must be at least 1mb (as Redis)"));
+        }
+        let max_multibulk_len = o.max_multibulk_len.unwrap_or(DEFAULT_MAX_MULTIBULK_LEN);
+        if max_multibulk_len == 0 || max_multibulk_len > i32::MAX as u64 {
+            return Err(err("--max-multibulk-len", "must be between 1 and 2147483647"));
+        }
+        let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
+        if maxclients == 0 {
+            return Err(err("--maxclients", "must be at least 1"));
+        }
+        Ok(Config {
+            listen,
+            unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
+            upstream,
+            proto_max_bulk_len,
+            max_multibulk_len,
+            client_query_buffer_limit: size(
+                "--client-query-buffer-limit",
+                o.client_query_buffer_limit.as_deref(),
+                DEFAULT_CLIENT_QUERY_BUFFER_LIMIT,
+            )?,
+            maxclients,
+            requirepass: o.requirepass.filter(|p| !p.is_empty()),
+            shutdown_timeout: secs("--shutdown-timeout", o.shutdown_timeout, 30.0)?,
+            log_level: o.log_level.unwrap_or_else(|| "info".into()),
+        })
+    }
+
+    /// A one-line summary for the start-up log, secrets redacted.
+    pub fn redacted(&self) -> String {
+        let ups: Vec<String> = self
+            .upstream
+            .seeds
+            .iter()
+            .map(|s| format!("{}://{}{}", if s.tls { "rediss" } else { "redis" }, if s.credentials.is_some() { "<auth>@" } else { "" }, s.addr))
+            .collect();
+        format!(
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={}",
+            self.listen,
+            self.unix_socket.as_ref().map(|u| &u.0),
+            ups,
+            self.upstream.mode,
+            self.upstream.pool_size,
+            self.maxclients,
+            if self.requirepass.is_some() { "<set>" } else { "<none>" },
+        )
+    }
+}
+
+fn read_file(path: &Path) -> Result<Options, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| err("--config", format!("{}: {}", path.display(), e.message())))
+}
+
+/// Parses `512mb`, `1gb`, `64k`, `1048576` as Redis does (k = 1000, kb = 1024).
+fn size(key: &'static str, v: Option<&str>, default: u64) -> Result<u64, ConfigError> {
+    let Some(v) = v else { return Ok(default) };
+    let s = v.trim().to_ascii_lowercase();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(err(key, format!("{v:?}: unknown unit (use b, kb, mb, gb)"))),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| err(key, format!("{v:?} is not a size")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Options {
+        Options::try_parse_from(std::iter::once("sidecache").chain(args.iter().copied())).expect("valid flags")
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::from_options(opts(&["--upstream", "redis://127.0.0.1:6379"])).expect("valid");
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
+        assert_eq!(c.upstream.pool_size, DEFAULT_POOL_SIZE);
+        assert!(c.unix_socket.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        let e = Config::from_options(opts(&[])).expect_err("upstream required");
+        assert_eq!(e.key, "--upstream");
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--listen", "nope"])).expect_err("bad");
+        assert_eq!(e.key, "--listen");
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--unix-socket-mode", "999"])).expect_err("bad");
+        assert_eq!(e.key, "--unix-socket-mode");
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--proto-max-bulk-len", "12parsecs"])).expect_err("bad");
+        assert_eq!(e.key, "--proto-max-bulk-len");
+    }
+
+    #[test]
+    fn file_fills_gaps_flags_win() {
+        let file: Options = toml::from_str("listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n").expect("toml");
+        let merged = opts(&["--pool-size", "5"]).or(file);
+        let c = Config::from_options(merged).expect("valid");
+        assert_eq!(c.listen.port(), 7777);
+        assert_eq!(c.upstream.pool_size, 5);
+        assert_eq!(c.upstream.seeds[0].addr.port, 1);
+        assert!(toml::from_str::<Options>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size("k", Some("512mb"), 0).expect("valid"), 512 * 1024 * 1024);
+        assert_eq!(size("k", Some("1000"), 0).expect("valid"), 1000);
+        assert_eq!(size("k", Some("2k"), 0).expect("valid"), 2000);
+        assert!(size("k", Some("x"), 0).is_err());
+    }
+}

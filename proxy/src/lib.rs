@@ -1,0 +1,59 @@
+//! sidecache: a Redis-protocol caching sidecar proxy.
+//!
+//! # Layout
+//! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
+//! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown.
+//! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order.
+//! - [`resp`]: the client-side codec (requests in, local replies out).
+//! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
+//!   how each command is handled, local commands, and merging split replies.
+//! - [`state`]: what all connections share (upstream, table, counters, clients).
+//!
+//! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
+//! the cache in `sidecache-l1`. This crate is the only one that sees clients.
+
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod resp;
+pub mod server;
+pub mod state;
+
+use std::sync::Arc;
+
+use sidecache_pool::resp::Value;
+use sidecache_pool::{Session, Target, Upstream};
+
+pub use config::{Config, Options};
+pub use server::{run, Listeners};
+pub use state::Shared;
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// Upstream unreachable or unusable.
+    #[error(transparent)]
+    Upstream(#[from] sidecache_pool::Error),
+    /// The upstream's COMMAND reply could not be used.
+    #[error("reading the upstream command table: {0}")]
+    CommandTable(String),
+}
+
+/// Connects to upstream and loads the command table.
+///
+/// # Errors
+/// [`StartError`] when upstream is unreachable or unusable.
+pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
+    let upstream = Upstream::connect(config.upstream.clone()).await?;
+    let mut cmd = bytes::BytesMut::new();
+    sidecache_pool::resp::encode_command(&mut cmd, &[b"COMMAND"]);
+    let reply = upstream.execute(Session::default(), 0, Target::Any, cmd.freeze()).await?;
+    if let Some(e) = sidecache_pool::resp::error_text(&reply) {
+        return Err(StartError::CommandTable(String::from_utf8_lossy(e).into_owned()));
+    }
+    let value = Value::decode(&reply).map_err(|e| StartError::CommandTable(e.to_string()))?;
+    let table = cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
+    tracing::info!(commands = table.len(), cluster = upstream.is_cluster(), version = %upstream.server_info().version, "upstream ready");
+    Ok(Arc::new(Shared::new(upstream, table, config)))
+}

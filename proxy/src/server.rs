@@ -1,0 +1,191 @@
+//! Listeners (TCP and Unix socket), the accept loops with the client limit,
+//! and graceful shutdown: stop accepting, let connections finish the batch
+//! in hand, close the pools, all under `--shutdown-timeout`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::connection;
+use crate::state::Shared;
+
+/// Why a listener could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListenError {
+    /// Binding the TCP address failed.
+    #[error("--listen {addr}: {source}")]
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Setting up the Unix socket failed.
+    #[error("--unix-socket {path}: {message}")]
+    Unix {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Bound listeners.
+#[derive(Debug)]
+pub struct Listeners {
+    tcp: TcpListener,
+    unix: Option<(UnixListener, PathBuf)>,
+}
+
+impl Listeners {
+    /// Binds the TCP address and, if configured, the Unix socket (replacing
+    /// a stale socket file, refusing to replace a live one or a non-socket).
+    ///
+    /// # Errors
+    /// [`ListenError`] naming the listener.
+    pub async fn bind(config: &Config) -> Result<Listeners, ListenError> {
+        let tcp = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ListenError::Tcp { addr: config.listen, source })?;
+        let unix = match &config.unix_socket {
+            Some((path, mode)) => Some((bind_unix(path, *mode).await?, path.clone())),
+            None => None,
+        };
+        Ok(Listeners { tcp, unix })
+    }
+
+    /// The bound TCP address (useful with port 0).
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+async fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, ListenError> {
+    let fail = |message: String| ListenError::Unix { path: path.to_owned(), message };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(fail("another process is listening on it".into()));
+            }
+            std::fs::remove_file(path).map_err(|e| fail(format!("removing stale socket: {e}")))?;
+        }
+        Ok(_) => return Err(fail("exists and is not a socket; refusing to replace it".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e.to_string())),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| fail(e.to_string()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| fail(format!("chmod: {e}")))?;
+    Ok(listener)
+}
+
+/// Serves clients until `shutdown` completes, then drains.
+pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(shared.config.maxclients));
+    let laddr = listeners.tcp.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
+
+    let tcp = {
+        let (shared, cancel, tracker, slots) = (Arc::clone(&shared), cancel.clone(), tracker.clone(), Arc::clone(&slots));
+        let listener = listeners.tcp;
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = listener.accept() => r,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let laddr = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                spawn_client(stream, peer.to_string(), laddr, &shared, &cancel, &tracker, &slots);
+            }
+        })
+    };
+    let unix_path = listeners.unix.as_ref().map(|u| u.1.clone());
+    let unix = listeners.unix.map(|(listener, path)| {
+        let (shared, cancel, tracker, slots) = (Arc::clone(&shared), cancel.clone(), tracker.clone(), Arc::clone(&slots));
+        tokio::spawn(async move {
+            let laddr = path.display().to_string();
+            loop {
+                let accepted = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = listener.accept() => r,
+                };
+                match accepted {
+                    Ok((stream, _)) => spawn_client(stream, format!("{laddr}:0"), laddr.clone(), &shared, &cancel, &tracker, &slots),
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+    });
+
+    shutdown.await;
+    info!("shutting down: no longer accepting");
+    cancel.cancel();
+    let _ = tcp.await;
+    if let Some(u) = unix {
+        let _ = u.await;
+    }
+    tracker.close();
+    if tokio::time::timeout(shared.config.shutdown_timeout, tracker.wait()).await.is_err() {
+        warn!(timeout = ?shared.config.shutdown_timeout, "shutdown timeout: closing remaining connections");
+    }
+    if let Some(p) = unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    shared.upstream.close();
+    info!("sidecache stopped");
+}
+
+fn spawn_client<S>(
+    mut stream: S,
+    peer: String,
+    laddr: String,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+    slots: &Arc<Semaphore>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+    let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
+        shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        tracker.spawn(async move {
+            let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+            let _ = stream.shutdown().await;
+        });
+        return;
+    };
+    let (shared, cancel) = (Arc::clone(shared), cancel.clone());
+    tracker.spawn(async move {
+        connection::serve(stream, shared, peer, laddr, cancel).await;
+        drop(permit);
+    });
+}

@@ -1,0 +1,111 @@
+//! State shared by all connections: the upstream, the command table, limits,
+//! counters and the client registry (for CLIENT LIST).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use sidecache_pool::Upstream;
+
+use crate::cmd::table::CommandTable;
+use crate::config::Config;
+
+/// Counters, updated without locks (relaxed atomics, once per batch).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections accepted.
+    pub connections_received: AtomicU64,
+    /// Connections refused by `--maxclients`.
+    pub rejected_connections: AtomicU64,
+    /// Commands processed.
+    pub commands: AtomicU64,
+    /// Commands answered with an upstream error.
+    pub upstream_errors: AtomicU64,
+}
+
+/// What CLIENT LIST shows of a client; updated only on rare events.
+#[derive(Debug, Clone)]
+pub struct ClientEntry {
+    /// Peer address.
+    pub addr: String,
+    /// Local address.
+    pub laddr: String,
+    /// Name set by CLIENT SETNAME / HELLO SETNAME.
+    pub name: String,
+    /// Selected database.
+    pub db: u16,
+    /// Protocol version.
+    pub resp: u8,
+    /// Connect time.
+    pub created: Instant,
+    /// CLIENT SETINFO lib-name.
+    pub lib_name: String,
+    /// CLIENT SETINFO lib-ver.
+    pub lib_ver: String,
+}
+
+impl ClientEntry {
+    /// The CLIENT INFO / CLIENT LIST line of this client, as Redis formats it.
+    pub fn line(&self, id: u64) -> String {
+        format!(
+            "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            self.addr,
+            self.laddr,
+            self.name,
+            self.created.elapsed().as_secs(),
+            self.db,
+            self.resp,
+            self.lib_name,
+            self.lib_ver
+        )
+    }
+}
+
+/// Everything connections share.
+#[derive(Debug)]
+pub struct Shared {
+    /// The upstream router.
+    pub upstream: Upstream,
+    /// The command table.
+    pub table: CommandTable,
+    /// Validated configuration.
+    pub config: Config,
+    /// Counters.
+    pub stats: Stats,
+    /// When the proxy started.
+    pub started: Instant,
+    next_id: AtomicU64,
+    clients: Mutex<BTreeMap<u64, ClientEntry>>,
+}
+
+impl Shared {
+    /// Shared state for a running proxy.
+    pub fn new(upstream: Upstream, table: CommandTable, config: Config) -> Shared {
+        Shared {
+            upstream,
+            table,
+            config,
+            stats: Stats::default(),
+            started: Instant::now(),
+            next_id: AtomicU64::new(1),
+            clients: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A fresh client id.
+    pub fn next_client_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the client registry.
+    pub fn with_clients<R>(&self, f: impl FnOnce(&mut BTreeMap<u64, ClientEntry>) -> R) -> R {
+        let mut g = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    /// Connected clients.
+    pub fn connected_clients(&self) -> usize {
+        self.with_clients(|c| c.len())
+    }
+}
