@@ -1,0 +1,320 @@
+//! End-to-end against a real standalone redis-server: replies through the
+//! proxy must equal replies from Redis itself, byte for byte.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use redis::AsyncCommands;
+use support::{raw, raw_on, read_to_close, Proxy, RedisServer};
+use tokio::io::AsyncWriteExt;
+
+/// Encodes commands as RESP arrays.
+fn resp(cmds: &[&[&[u8]]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in cmds {
+        out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
+        for a in *c {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out
+}
+
+fn split(line: &str) -> Vec<Vec<u8>> {
+    line.split(' ').map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// Runs the same script on Redis directly and through the proxy (each on a
+/// fresh, flushed database) and compares every reply byte for byte.
+async fn same_as_redis(redis: &RedisServer, proxy: &Proxy, script: &[&str]) {
+    let cmds: Vec<Vec<Vec<u8>>> = script.iter().map(|l| split(l)).collect();
+    let refs: Vec<Vec<&[u8]>> = cmds.iter().map(|c| c.iter().map(|a| a.as_slice()).collect()).collect();
+    let refs2: Vec<&[&[u8]]> = refs.iter().map(|c| c.as_slice()).collect();
+    let input = resp(&refs2);
+    raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
+    let direct = raw(&redis.addr(), &input, script.len()).await;
+    raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
+    let proxied = raw(&proxy.addr.to_string(), &input, script.len()).await;
+    assert_eq!(
+        String::from_utf8_lossy(&proxied),
+        String::from_utf8_lossy(&direct),
+        "script: {script:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_data_type_matches_redis() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    same_as_redis(&redis, &proxy, &[
+        "SET s hello", "GET s", "APPEND s world", "STRLEN s", "GETRANGE s 0 3", "SETRANGE s 0 J", "GET s",
+        "INCR n", "INCRBY n 10", "DECR n", "INCRBYFLOAT f 1.5", "GET nope", "MSET a 1 b 2", "MGET a b nope",
+        "SETNX a 9", "GETSET a 3", "GETDEL a", "EXISTS a b", "DEL b nope", "TYPE s",
+        "LPUSH l a b c", "RPUSH l d", "LRANGE l 0 -1", "LPOP l", "RPOP l", "LLEN l", "LINDEX l 0", "LSET l 0 z", "LREM l 0 z",
+        "SADD st a b c", "SCARD st", "SISMEMBER st a", "SREM st a", "SMEMBERS nope", "SINTERCARD 1 st",
+        "HSET h f v g w", "HGET h f", "HMGET h f g x", "HLEN h", "HDEL h g", "HGETALL h", "HINCRBY h n 5", "HEXISTS h f",
+        "ZADD z 1 a 2 b 3 c", "ZRANGE z 0 -1 WITHSCORES", "ZSCORE z b", "ZINCRBY z 5 a", "ZRANK z a", "ZREM z c", "ZCARD z", "ZRANGEBYSCORE z -inf +inf",
+        "XADD x 1-1 f v", "XLEN x", "XRANGE x - +", "XREAD COUNT 1 STREAMS x 0",
+        "PFADD hll a b c", "PFCOUNT hll", "SETBIT bits 7 1", "GETBIT bits 7", "BITCOUNT bits",
+        "GEOADD geo 13.361389 38.115556 Palermo", "GEOPOS geo Palermo",
+        "EXPIRE s 100", "TTL s", "PERSIST s", "TTL s", "RENAME s s2", "GET s2",
+        "EVAL return.1 0", "EVAL return_redis.call('get',KEYS[1]) 1 s2",
+        "GET", "SET k", "NOSUCHCMD a b", "LPUSH s2 x", "INCR s2", "HGET",
+        "OBJECT ENCODING n", "DBSIZE", "EXISTS s2 s2 nope", "UNLINK s2", "TOUCH n z",
+        "ECHO hi", "PING", "PING hello", "ECHO", "PING a b",
+    ]).await;
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn binary_empty_and_large_values() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let binary: Vec<u8> = (0..=255u8).chain([b'\r', b'\n', 0, b'$', b'*']).collect();
+    let _: () = c.set(&binary[..], &binary[..]).await.unwrap();
+    let got: Vec<u8> = c.get(&binary[..]).await.unwrap();
+    assert_eq!(got, binary);
+    let _: () = c.set("empty", "").await.unwrap();
+    let got: Vec<u8> = c.get("empty").await.unwrap();
+    assert!(got.is_empty());
+    let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let _: () = c.set("big", &big[..]).await.unwrap();
+    let got: Vec<u8> = c.get("big").await.unwrap();
+    assert_eq!(got, big);
+    // And what reached Redis is the same value.
+    let mut d = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let direct: Vec<u8> = d.get("big").await.unwrap();
+    assert_eq!(direct, big);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn pipeline_of_ten_thousand_in_order() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut p = redis::pipe();
+    for i in 0..10_000 {
+        p.cmd("SET").arg(format!("k{i}")).arg(i).ignore();
+        p.cmd("INCR").arg(format!("k{i}"));
+    }
+    let r: Vec<i64> = p.query_async(&mut c).await.unwrap();
+    assert_eq!(r.len(), 10_000);
+    for (i, v) in r.iter().enumerate() {
+        assert_eq!(*v, i as i64 + 1);
+    }
+    // Raw pipelining: 5,000 PINGs in one write, inline and multibulk mixed.
+    let mut input = Vec::new();
+    for i in 0..5000 {
+        if i % 2 == 0 {
+            input.extend_from_slice(b"PING\r\n");
+        } else {
+            input.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        }
+    }
+    let out = raw(&proxy.addr.to_string(), &input, 5000).await;
+    assert_eq!(out, b"+PONG\r\n".repeat(5000));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_input_gets_redis_errors_and_close() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let cases: &[&[u8]] = &[
+        b"*3000000000\r\n",
+        b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n",
+        b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n",
+        b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n",
+        b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n",
+        b"*1\r\nfoo\r\n",
+        b"set \"a b\"c\r\n",
+        b"PING\r\n*abc\r\n",
+    ];
+    for case in cases {
+        let mut d = tokio::net::TcpStream::connect(redis.addr()).await.unwrap();
+        d.write_all(case).await.unwrap();
+        let direct = read_to_close(&mut d).await;
+        let mut p = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        p.write_all(case).await.unwrap();
+        let proxied = read_to_close(&mut p).await;
+        assert_eq!(String::from_utf8_lossy(&proxied), String::from_utf8_lossy(&direct), "input {:?}", String::from_utf8_lossy(case));
+        assert!(proxied.starts_with(b"-ERR Protocol error") || proxied.starts_with(b"+PONG\r\n-ERR Protocol error"));
+    }
+    // Unknown commands and wrong arity keep the connection open.
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let out = raw_on(&mut s, b"FOO\r\nGET\r\nPING\r\n", 3).await;
+    assert!(String::from_utf8_lossy(&out).ends_with("+PONG\r\n"));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn resp3_after_hello_3() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let script = b"HSET h a 1\r\nHGETALL h\r\nGET nope\r\nZADD z 1.5 m\r\nZSCORE z m\r\nSMEMBERS nope\r\nEXISTS h\r\n";
+    let run = |addr: String| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let hello = raw_on(&mut s, b"HELLO 3\r\n", 1).await;
+        assert!(hello.starts_with(b"%7\r\n"), "HELLO 3 replies a map: {:?}", String::from_utf8_lossy(&hello));
+        raw_on(&mut s, script, 7).await
+    };
+    raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
+    let direct = run(redis.addr()).await;
+    raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
+    let proxied = run(proxy.addr.to_string()).await;
+    assert_eq!(String::from_utf8_lossy(&proxied), String::from_utf8_lossy(&direct));
+    assert!(proxied.windows(4).any(|w| w == b"%1\r\n"), "RESP3 map in HGETALL");
+    // HELLO errors as Redis words them.
+    let out = raw(&proxy.addr.to_string(), b"HELLO 4\r\nHELLO x\r\nHELLO 3 FOO\r\n", 3).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "-NOPROTO unsupported protocol version\r\n-ERR Protocol version is not an integer or out of range\r\n-ERR Syntax error in HELLO option 'FOO'\r\n"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn select_travels_with_the_client() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let out = raw(&proxy.addr.to_string(), b"SELECT 5\r\nSET k five\r\nSELECT 0\r\nSET k zero\r\nSELECT 16\r\nSELECT x\r\n", 6).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "+OK\r\n+OK\r\n+OK\r\n+OK\r\n-ERR DB index is out of range\r\n-ERR value is not an integer or out of range\r\n"
+    );
+    let direct = raw(&redis.addr(), b"SELECT 5\r\nGET k\r\nSELECT 0\r\nGET k\r\n", 4).await;
+    assert_eq!(String::from_utf8_lossy(&direct), "+OK\r\n$4\r\nfive\r\n+OK\r\n$4\r\nzero\r\n");
+    // redis-rs with a db in the URL.
+    let mut c = redis::Client::open(format!("{}/5", proxy.url())).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let v: String = c.get("k").await.unwrap();
+    assert_eq!(v, "five");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn handshake_commands_answered_locally() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"CLIENT SETNAME app-1\r\nCLIENT GETNAME\r\nCLIENT SETINFO LIB-NAME redis-py\r\nCLIENT SETINFO LIB-VER 5.0\r\nCLIENT SETNAME \"bad name\"\r\nCLIENT SETINFO nope x\r\nCLIENT BOGUS\r\nAUTH x\r\n",
+        8,
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "+OK\r\n$5\r\napp-1\r\n+OK\r\n+OK\r\n-ERR Client names cannot contain spaces, newlines or special characters.\r\n-ERR Unrecognized option 'nope'\r\n-ERR unknown subcommand 'BOGUS'. Try CLIENT HELP.\r\n-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"
+    );
+    let info = raw(&proxy.addr.to_string(), b"CLIENT INFO\r\n", 1).await;
+    assert!(String::from_utf8_lossy(&info).contains(" resp=2"));
+    let info = raw(&proxy.addr.to_string(), b"INFO\r\n", 1).await;
+    let text = String::from_utf8_lossy(&info);
+    assert!(text.contains("# Proxy\r\n") && text.contains("redis_version:"), "{text}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn requirepass_gates_commands() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &["--requirepass", "s3cret"]).await;
+    let out = raw(&proxy.addr.to_string(), b"GET k\r\nAUTH nope\r\nAUTH s3cret\r\nGET k\r\n", 4).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "-NOAUTH Authentication required.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n$-1\r\n"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn unsupported_commands_are_refused_clearly() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let out = raw(&proxy.addr.to_string(), b"MULTI\r\nBLPOP l 1\r\nSUBSCRIBE c\r\nXREAD BLOCK 10 STREAMS x 0\r\nPING\r\n", 5).await;
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(text.matches("not supported by sidecache").count(), 4, "{text}");
+    assert!(text.ends_with("+PONG\r\n"));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn unix_socket_serves_and_is_replaced_when_stale() {
+    let redis = RedisServer::start(&[]);
+    let dir = std::env::temp_dir().join(format!("sidecache-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    // A stale socket file left by a dead process.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let p = path.to_str().unwrap().to_owned();
+    let proxy = Proxy::start(&redis.url(), &["--unix-socket", &p, "--unix-socket-mode", "0600"]).await;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let mut c = redis::Client::open(format!("unix://{p}")).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: () = c.set("u", "via-unix").await.unwrap();
+    let v: String = c.get("u").await.unwrap();
+    assert_eq!(v, "via-unix");
+    // A second proxy on the same live socket is refused.
+    let args = ["sidecache", "--listen", "127.0.0.1:0", "--upstream", "redis://127.0.0.1:1", "--unix-socket", &p];
+    let cfg = sidecache::Config::from_options(<sidecache::Options as clap::Parser>::try_parse_from(args).unwrap()).unwrap();
+    assert!(sidecache::Listeners::bind(&cfg).await.is_err());
+    proxy.stop().await;
+    assert!(!path.exists(), "socket removed on shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_work() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut p = redis::pipe();
+    for i in 0..2000 {
+        p.cmd("SET").arg(format!("g{i}")).arg(i).ignore();
+    }
+    let pending = tokio::spawn(async move { p.query_async::<()>(&mut c).await });
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let addr = proxy.addr;
+    proxy.stop().await;
+    // The pipeline either completed in full or the connection closed
+    // between batches; nothing hangs, and new connections are refused.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), pending).await.expect("no hang");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn maxclients_refuses_with_redis_error() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &["--maxclients", "1"]).await;
+    let mut first = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let _ = raw_on(&mut first, b"PING\r\n", 1).await;
+    let mut second = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let out = read_to_close(&mut second).await;
+    assert_eq!(out, b"-ERR max number of clients reached\r\n");
+    drop(first);
+    proxy.stop().await;
+}
+
+#[test]
+fn unreachable_upstream_fails_fast_with_one_line() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache"))
+        .args(["--listen", "127.0.0.1:0", "--upstream", &format!("redis://127.0.0.1:{port}"), "--log-level", "error"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unreachable"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache")).args(["--bogus"]).output().unwrap();
+    assert!(!out.status.success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache"))
+        .args(["--upstream", "redis://h", "--listen", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
+}

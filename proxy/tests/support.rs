@@ -1,0 +1,298 @@
+//! Test support: real `redis-server` processes (standalone and a 3-master
+//! cluster) on free loopback ports in temporary directories, killed on
+//! `Drop`; the proxy run in-process on `127.0.0.1:0`; raw RESP helpers.
+#![allow(dead_code, missing_docs, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use clap::Parser as _;
+use sidecache_pool::resp::Scanner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "sidecache-test-{}-{}-{}",
+        std::process::id(),
+        tag,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// A free loopback port (and, for cluster nodes, its bus port +10000).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// One redis-server child process.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    pub fn start(extra: &[&str]) -> RedisServer {
+        Self::start_inner(extra, false)
+    }
+
+    fn start_inner(extra: &[&str], cluster: bool) -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port(cluster);
+            let dir = temp_dir("redis");
+            let mut cmd = Command::new("redis-server");
+            cmd.arg("--port").arg(port.to_string())
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                .arg("--dir").arg(&dir)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if cluster {
+                cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]);
+            }
+            let child = cmd.spawn().expect("redis-server must be installed (see .ci/run)");
+            let mut s = RedisServer { child, port, dir };
+            if s.wait_ready() {
+                return s;
+            }
+            let _ = s.child.kill();
+        }
+        panic!("could not start redis-server");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                if s.write_all(b"PING\r\n").is_ok() {
+                    let mut b = [0u8; 7];
+                    if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("url")
+    }
+
+    /// Kills the server (for failure tests).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A 3-master cluster, created with `redis-cli --cluster create`.
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_inner(&[], true)).collect();
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for n in &nodes {
+            cmd.arg(n.addr());
+        }
+        let out = cmd
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (see .ci/run)");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let c = Cluster { nodes };
+        c.wait_ok();
+        c
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        'outer: while Instant::now() < deadline {
+            for n in &self.nodes {
+                let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "info"]).output().expect("redis-cli");
+                if !String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue 'outer;
+                }
+            }
+            // Every node must also agree on the slot map.
+            let maps: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|n| {
+                    let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "slots"]).output().expect("redis-cli");
+                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+                    lines.sort();
+                    lines.join(",")
+                })
+                .collect();
+            if maps.iter().all(|m| m == &maps[0]) && !maps[0].is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("cluster did not reach cluster_state:ok");
+    }
+
+    pub fn seed_url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// The node (index) serving `key` (the one that does not answer MOVED).
+    pub fn node_for(&self, key: &str) -> usize {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "exists", key]).output().expect("redis-cli");
+            if !String::from_utf8_lossy(&out.stdout).contains("MOVED") {
+                return i;
+            }
+        }
+        panic!("no node serves {key}");
+    }
+}
+
+/// The proxy, running in-process.
+pub struct Proxy {
+    pub addr: std::net::SocketAddr,
+    pub unix: Option<PathBuf>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl Proxy {
+    /// Starts the proxy with `--listen 127.0.0.1:0 --upstream URL` plus `extra` flags.
+    pub async fn start(upstream: &str, extra: &[&str]) -> Proxy {
+        let dir = temp_dir("proxy");
+        let mut args: Vec<String> = vec!["sidecache".into(), "--listen".into(), "127.0.0.1:0".into(), "--upstream".into(), upstream.into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let options = sidecache::Options::try_parse_from(&args).expect("valid flags");
+        let config = sidecache::Config::from_options(options).expect("valid config");
+        let unix = config.unix_socket.as_ref().map(|u| u.0.clone());
+        let listeners = sidecache::Listeners::bind(&config).await.expect("bind");
+        let addr = listeners.local_addr().expect("addr");
+        let shared = sidecache::prepare(config).await.expect("upstream reachable");
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sidecache::run(listeners, shared, async move {
+            let _ = rx.await;
+        }));
+        Proxy { addr, unix, stop: Some(stop), task: Some(task), dir }
+    }
+
+    pub fn dir(&self) -> &PathBuf {
+        &self.dir
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("url")
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client().get_multiplexed_async_connection().await.expect("connect to proxy")
+    }
+
+    /// Graceful shutdown; waits for the drain.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), t).await.expect("shutdown in time").expect("no panic");
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends raw bytes and reads back exactly `replies` RESP frames.
+pub async fn raw(addr: &str, input: &[u8], replies: usize) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    raw_on(&mut s, input, replies).await
+}
+
+pub async fn raw_on(s: &mut TcpStream, input: &[u8], replies: usize) -> Vec<u8> {
+    s.write_all(input).await.expect("write");
+    let mut buf = BytesMut::new();
+    let mut got = 0;
+    let mut consumed = 0;
+    let mut sc = Scanner::new();
+    while got < replies {
+        while got < replies {
+            match sc.scan(&buf[consumed..]).expect("valid RESP") {
+                Some(n) => {
+                    consumed += n;
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        if got == replies {
+            break;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut buf)).await.expect("reply in time").expect("read");
+        assert!(n > 0, "connection closed after {got} replies: {:?}", String::from_utf8_lossy(&buf));
+    }
+    buf.to_vec()
+}
+
+/// Reads until the peer closes; returns everything read.
+pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.expect("closed in time").expect("read");
+    out
+}
