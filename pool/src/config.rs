@@ -39,7 +39,10 @@ pub struct Session {
 
 impl Default for Session {
     fn default() -> Self {
-        Session { db: 0, proto: Proto::Resp2 }
+        Session {
+            db: 0,
+            proto: Proto::Resp2,
+        }
     }
 }
 
@@ -85,7 +88,10 @@ impl NodeAddr {
     pub fn parse(s: &str) -> Option<NodeAddr> {
         let (host, port) = s.rsplit_once(':')?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        Some(NodeAddr { host: host.to_owned(), port: port.parse().ok()? })
+        Some(NodeAddr {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
     }
 }
 
@@ -108,7 +114,8 @@ impl Seed {
     /// # Errors
     /// [`Error::Config`] naming what is wrong.
     pub fn parse(s: &str) -> Result<Seed> {
-        let url = url::Url::parse(s).map_err(|e| Error::Config(format!("upstream URL {s:?}: {e}")))?;
+        let url =
+            url::Url::parse(s).map_err(|e| Error::Config(format!("upstream URL {s:?}: {e}")))?;
         let tls = match url.scheme() {
             "redis" => false,
             "rediss" => true,
@@ -145,10 +152,18 @@ impl Seed {
         let db = if path.is_empty() {
             0
         } else {
-            path.parse()
-                .map_err(|_| Error::Config(format!("upstream URL {s:?}: database {path:?} is not a number")))?
+            path.parse().map_err(|_| {
+                Error::Config(format!(
+                    "upstream URL {s:?}: database {path:?} is not a number"
+                ))
+            })?
         };
-        Ok(Seed { addr: NodeAddr { host, port }, tls, credentials, db })
+        Ok(Seed {
+            addr: NodeAddr { host, port },
+            tls,
+            credentials,
+            db,
+        })
     }
 }
 
@@ -194,7 +209,8 @@ mod tests {
         let s = Seed::parse("redis://127.0.0.1:7000").expect("valid");
         assert_eq!(s.addr.to_string(), "127.0.0.1:7000");
         assert!(!s.tls && s.credentials.is_none() && s.db == 0);
-        let s = Seed::parse("rediss://app:p%40ss@master.x.cache.amazonaws.com:6379/2").expect("valid");
+        let s =
+            Seed::parse("rediss://app:p%40ss@master.x.cache.amazonaws.com:6379/2").expect("valid");
         assert!(s.tls);
         assert_eq!(s.addr.host, "master.x.cache.amazonaws.com");
         let c = s.credentials.expect("creds");
@@ -214,9 +230,15 @@ mod tests {
     fn parses_node_addrs() {
         assert_eq!(
             NodeAddr::parse("10.0.0.1:6379"),
-            Some(NodeAddr { host: "10.0.0.1".into(), port: 6379 })
+            Some(NodeAddr {
+                host: "10.0.0.1".into(),
+                port: 6379
+            })
         );
-        assert_eq!(NodeAddr::parse("[::1]:7000").map(|a| a.host), Some("::1".into()));
+        assert_eq!(
+            NodeAddr::parse("[::1]:7000").map(|a| a.host),
+            Some("::1".into())
+        );
         assert_eq!(NodeAddr::parse("nope"), None);
     }
 }

@@ -46,9 +46,15 @@ impl Connector {
             .first()
             .ok_or_else(|| Error::Config("at least one --upstream is required".into()))?;
         if cfg.seeds.iter().any(|s| s.tls != first.tls) {
-            return Err(Error::Config("mixing redis:// and rediss:// upstreams".into()));
+            return Err(Error::Config(
+                "mixing redis:// and rediss:// upstreams".into(),
+            ));
         }
-        let tls = if first.tls { Some(tls_connector(cfg)?) } else { None };
+        let tls = if first.tls {
+            Some(tls_connector(cfg)?)
+        } else {
+            None
+        };
         Ok(Connector {
             tls,
             credentials: first.credentials.clone(),
@@ -66,15 +72,31 @@ impl Connector {
     ///
     /// # Errors
     /// [`Error::Connect`], [`Error::Handshake`] or [`Error::Timeout`].
-    pub async fn connect(&self, addr: &NodeAddr, session: Session) -> Result<(ReadHalf, WriteHalf)> {
+    pub async fn connect(
+        &self,
+        addr: &NodeAddr,
+        session: Session,
+    ) -> Result<(ReadHalf, WriteHalf)> {
         tokio::time::timeout(self.connect_timeout, self.connect_inner(addr, session))
             .await
-            .map_err(|_| Error::Connect { addr: addr.to_string(), reason: "connect timed out".into() })?
+            .map_err(|_| Error::Connect {
+                addr: addr.to_string(),
+                reason: "connect timed out".into(),
+            })?
     }
 
-    async fn connect_inner(&self, addr: &NodeAddr, session: Session) -> Result<(ReadHalf, WriteHalf)> {
-        let cerr = |e: std::io::Error| Error::Connect { addr: addr.to_string(), reason: e.to_string() };
-        let tcp = TcpStream::connect((addr.host.as_str(), addr.port)).await.map_err(cerr)?;
+    async fn connect_inner(
+        &self,
+        addr: &NodeAddr,
+        session: Session,
+    ) -> Result<(ReadHalf, WriteHalf)> {
+        let cerr = |e: std::io::Error| Error::Connect {
+            addr: addr.to_string(),
+            reason: e.to_string(),
+        };
+        let tcp = TcpStream::connect((addr.host.as_str(), addr.port))
+            .await
+            .map_err(cerr)?;
         tcp.set_nodelay(true).map_err(cerr)?;
         let (mut rd, mut wr): (ReadHalf, WriteHalf) = match &self.tls {
             None => {
@@ -103,20 +125,29 @@ impl Connector {
             n += 1;
         } else if let Some(c) = creds {
             match &c.username {
-                Some(u) => resp::encode_command(&mut out, &[b"AUTH", u.as_bytes(), c.password.as_bytes()]),
+                Some(u) => {
+                    resp::encode_command(&mut out, &[b"AUTH", u.as_bytes(), c.password.as_bytes()])
+                }
                 None => resp::encode_command(&mut out, &[b"AUTH", c.password.as_bytes()]),
             }
             n += 1;
         }
         if session.db != 0 {
             let mut b = itoa::Buffer::new();
-            resp::encode_command(&mut out, &[b"SELECT".as_slice(), b.format(session.db).as_bytes()]);
+            resp::encode_command(
+                &mut out,
+                &[b"SELECT".as_slice(), b.format(session.db).as_bytes()],
+            );
             n += 1;
         }
         if n > 0 {
-            let replies = roundtrip(&mut rd, &mut wr, &out, n)
-                .await
-                .map_err(|e| Error::Connect { addr: addr.to_string(), reason: e.to_string() })?;
+            let replies =
+                roundtrip(&mut rd, &mut wr, &out, n)
+                    .await
+                    .map_err(|e| Error::Connect {
+                        addr: addr.to_string(),
+                        reason: e.to_string(),
+                    })?;
             for r in replies {
                 if let Some(text) = resp::error_text(&r) {
                     return Err(Error::Handshake {
@@ -134,7 +165,12 @@ impl Connector {
     ///
     /// # Errors
     /// Any connection error.
-    pub async fn oneshot(&self, addr: &NodeAddr, session: Session, cmds: &[&[&[u8]]]) -> Result<Vec<Bytes>> {
+    pub async fn oneshot(
+        &self,
+        addr: &NodeAddr,
+        session: Session,
+        cmds: &[&[&[u8]]],
+    ) -> Result<Vec<Bytes>> {
         let (mut rd, mut wr) = self.connect(addr, session).await?;
         let mut out = BytesMut::new();
         for c in cmds {
@@ -143,12 +179,22 @@ impl Connector {
         let fut = roundtrip(&mut rd, &mut wr, &out, cmds.len());
         tokio::time::timeout(self.connect_timeout * 4, fut)
             .await
-            .map_err(|_| Error::Timeout { addr: addr.to_string() })?
-            .map_err(|e| Error::ConnectionLost { addr: addr.to_string(), reason: e.to_string() })
+            .map_err(|_| Error::Timeout {
+                addr: addr.to_string(),
+            })?
+            .map_err(|e| Error::ConnectionLost {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })
     }
 }
 
-async fn roundtrip(rd: &mut ReadHalf, wr: &mut WriteHalf, out: &[u8], n: usize) -> std::io::Result<Vec<Bytes>> {
+async fn roundtrip(
+    rd: &mut ReadHalf,
+    wr: &mut WriteHalf,
+    out: &[u8],
+    n: usize,
+) -> std::io::Result<Vec<Bytes>> {
     wr.write_all(out).await?;
     wr.flush().await?;
     let mut buf = BytesMut::with_capacity(16 * 1024);
@@ -181,14 +227,17 @@ fn tls_connector(cfg: &UpstreamConfig) -> Result<tokio_rustls::TlsConnector> {
             .map_err(|e| Error::Tls(format!("reading CA file {}: {e}", path.display()).into()))?;
         let mut n = 0;
         for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-            let cert = cert.map_err(|e| Error::Tls(format!("CA file {}: {e}", path.display()).into()))?;
+            let cert =
+                cert.map_err(|e| Error::Tls(format!("CA file {}: {e}", path.display()).into()))?;
             roots
                 .add(cert)
                 .map_err(|e| Error::Tls(format!("CA file {}: {e}", path.display()).into()))?;
             n += 1;
         }
         if n == 0 {
-            return Err(Error::Tls(format!("CA file {} holds no certificate", path.display()).into()));
+            return Err(Error::Tls(
+                format!("CA file {} holds no certificate", path.display()).into(),
+            ));
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

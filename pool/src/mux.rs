@@ -74,10 +74,18 @@ impl MuxConn {
     ///
     /// # Errors
     /// [`Error::Closed`] if the connection task is gone.
-    pub async fn submit(&self, payload: Bytes, count: usize) -> Result<oneshot::Receiver<Result<Replies>>> {
+    pub async fn submit(
+        &self,
+        payload: Bytes,
+        count: usize,
+    ) -> Result<oneshot::Receiver<Result<Replies>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request { payload, count, reply })
+            .send(Request {
+                payload,
+                count,
+                reply,
+            })
             .await
             .map_err(|_| Error::Closed)?;
         Ok(rx)
@@ -88,11 +96,19 @@ impl MuxConn {
     /// # Errors
     /// Connection errors.
     pub async fn call(&self, payload: Bytes, count: usize) -> Result<Replies> {
-        self.submit(payload, count).await?.await.map_err(|_| Error::Closed)?
+        self.submit(payload, count)
+            .await?
+            .await
+            .map_err(|_| Error::Closed)?
     }
 }
 
-async fn supervise(connector: Arc<Connector>, addr: NodeAddr, session: Session, mut rx: mpsc::Receiver<Request>) {
+async fn supervise(
+    connector: Arc<Connector>,
+    addr: NodeAddr,
+    session: Session,
+    mut rx: mpsc::Receiver<Request>,
+) {
     let mut backoff = Duration::from_millis(20);
     loop {
         match connector.connect(&addr, session).await {
@@ -136,9 +152,17 @@ async fn run_connected(
     rx: &mut mpsc::Receiver<Request>,
 ) -> Option<Error> {
     let (inflight_tx, inflight_rx) = mpsc::channel::<Inflight>(INFLIGHT);
-    let mut reader = tokio::spawn(read_loop(addr.clone(), rd, inflight_rx, connector.max_reply_bulk()));
+    let mut reader = tokio::spawn(read_loop(
+        addr.clone(),
+        rd,
+        inflight_rx,
+        connector.max_reply_bulk(),
+    ));
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
-    let lost = |reason: String| Error::ConnectionLost { addr: addr.to_string(), reason };
+    let lost = |reason: String| Error::ConnectionLost {
+        addr: addr.to_string(),
+        reason,
+    };
     loop {
         let first = tokio::select! {
             biased;
@@ -159,7 +183,11 @@ async fn run_connected(
         let mut next = Some(first);
         while let Some(req) = next.take() {
             wbuf.extend_from_slice(&req.payload);
-            let entry = Inflight { count: req.count, frames: Vec::with_capacity(req.count), reply: req.reply };
+            let entry = Inflight {
+                count: req.count,
+                frames: Vec::with_capacity(req.count),
+                reply: req.reply,
+            };
             if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
                 let _ = entry.reply.send(Err(lost("reader stopped".into())));
             }
@@ -179,11 +207,19 @@ async fn run_connected(
     }
 }
 
-async fn read_loop(addr: NodeAddr, mut rd: ReadHalf, mut inflight: mpsc::Receiver<Inflight>, _max_bulk: usize) -> Error {
+async fn read_loop(
+    addr: NodeAddr,
+    mut rd: ReadHalf,
+    mut inflight: mpsc::Receiver<Inflight>,
+    _max_bulk: usize,
+) -> Error {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
-    let lost = |reason: String| Error::ConnectionLost { addr: addr.to_string(), reason };
+    let lost = |reason: String| Error::ConnectionLost {
+        addr: addr.to_string(),
+        reason,
+    };
     let err = 'outer: loop {
         loop {
             match scanner.scan(&buf) {

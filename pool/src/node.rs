@@ -19,9 +19,21 @@ pub struct Node {
 
 impl Node {
     /// A node whose connections open on first use.
-    pub fn new(addr: NodeAddr, connector: Arc<Connector>, pool_size: usize, databases: u16) -> Node {
-        let pools = (0..usize::from(databases.max(1)) * 2).map(|_| OnceLock::new()).collect();
-        Node { addr, connector, pool_size: pool_size.max(1), pools }
+    pub fn new(
+        addr: NodeAddr,
+        connector: Arc<Connector>,
+        pool_size: usize,
+        databases: u16,
+    ) -> Node {
+        let pools = (0..usize::from(databases.max(1)) * 2)
+            .map(|_| OnceLock::new())
+            .collect();
+        Node {
+            addr,
+            connector,
+            pool_size: pool_size.max(1),
+            pools,
+        }
     }
 
     /// The node's address.

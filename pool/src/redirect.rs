@@ -77,14 +77,28 @@ mod tests {
             decide(b"-MOVED 3999 127.0.0.1:6381\r\n", 0),
             Action::Moved {
                 slot: Slot::new(3999).expect("valid"),
-                addr: NodeAddr { host: "127.0.0.1".into(), port: 6381 }
+                addr: NodeAddr {
+                    host: "127.0.0.1".into(),
+                    port: 6381
+                }
             }
         );
         assert_eq!(
             decide(b"-ASK 3999 10.0.0.2:6380\r\n", 1),
-            Action::Ask { addr: NodeAddr { host: "10.0.0.2".into(), port: 6380 } }
+            Action::Ask {
+                addr: NodeAddr {
+                    host: "10.0.0.2".into(),
+                    port: 6380
+                }
+            }
         );
-        assert_eq!(decide(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", 0), Action::TryAgain);
+        assert_eq!(
+            decide(
+                b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+                0
+            ),
+            Action::TryAgain
+        );
         assert_eq!(decide(b"-MOVED 1 h:1\r\n", MAX_REDIRECTS), Action::GiveUp);
         // Malformed redirects are passed to the client untouched.
         assert_eq!(decide(b"-MOVED x\r\n", 0), Action::Done);

@@ -276,7 +276,11 @@ pub fn error_text(frame: &[u8]) -> Option<&[u8]> {
         Some(b'-') => Some(frame[1..].strip_suffix(b"\r\n").unwrap_or(&frame[1..])),
         Some(b'!') => {
             let nl = memchr::memchr(b'\n', frame)?;
-            Some(frame[nl + 1..].strip_suffix(b"\r\n").unwrap_or(&frame[nl + 1..]))
+            Some(
+                frame[nl + 1..]
+                    .strip_suffix(b"\r\n")
+                    .unwrap_or(&frame[nl + 1..]),
+            )
         }
         _ => None,
     }
@@ -300,9 +304,7 @@ pub fn array_elements(frame: &Bytes) -> Result<Option<Vec<Bytes>>, ProtocolError
     let mut out = Vec::with_capacity(n.min(4096) as usize);
     for _ in 0..n {
         let mut sc = Scanner::new();
-        let len = sc
-            .scan(&frame[pos..])?
-            .ok_or(ProtocolError::MissingCrlf)?;
+        let len = sc.scan(&frame[pos..])?.ok_or(ProtocolError::MissingCrlf)?;
         out.push(frame.slice(pos..pos + len));
         pos += len;
     }

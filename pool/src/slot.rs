@@ -44,7 +44,10 @@ mod tests {
 
     #[test]
     fn crc16_reference_vector() {
-        assert_eq!(crc16::State::<crc16::XMODEM>::calculate(b"123456789"), 0x31C3);
+        assert_eq!(
+            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+            0x31C3
+        );
         assert_eq!(Slot::for_key(b"123456789").get(), 0x31C3 % SLOT_COUNT);
     }
 

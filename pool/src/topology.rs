@@ -24,17 +24,26 @@ pub struct Topology {
 impl Topology {
     /// No node at all (before the first slot map is read).
     pub fn empty() -> Topology {
-        Topology { nodes: Vec::new(), slots: Vec::new() }
+        Topology {
+            nodes: Vec::new(),
+            slots: Vec::new(),
+        }
     }
 
     /// A single node serving everything.
     pub fn standalone(node: Arc<Node>) -> Topology {
-        Topology { nodes: vec![node], slots: Vec::new() }
+        Topology {
+            nodes: vec![node],
+            slots: Vec::new(),
+        }
     }
 
     /// A cluster map: `ranges` of (first, last, master address); nodes are
     /// obtained (reused or created) through `node_for`.
-    pub fn cluster(ranges: &[(u16, u16, NodeAddr)], mut node_for: impl FnMut(&NodeAddr) -> Arc<Node>) -> Topology {
+    pub fn cluster(
+        ranges: &[(u16, u16, NodeAddr)],
+        mut node_for: impl FnMut(&NodeAddr) -> Arc<Node>,
+    ) -> Topology {
         let mut nodes: Vec<Arc<Node>> = Vec::new();
         let mut slots = vec![UNASSIGNED; SLOT_COUNT as usize];
         let mut sorted: Vec<&NodeAddr> = ranges.iter().map(|r| &r.2).collect();
@@ -119,7 +128,13 @@ impl Topology {
         }
         let slots = slots
             .into_iter()
-            .map(|s| if s == UNASSIGNED { s } else { remap[s as usize] })
+            .map(|s| {
+                if s == UNASSIGNED {
+                    s
+                } else {
+                    remap[s as usize]
+                }
+            })
             .collect();
         Topology { nodes: kept, slots }
     }
@@ -134,7 +149,9 @@ pub fn parse_cluster_slots(reply: Value, asked: &NodeAddr) -> Result<Vec<(u16, u
     let bad = |what: &str| Error::Topology(format!("unexpected CLUSTER SLOTS reply: {what}"));
     let mut out = Vec::new();
     for entry in reply.into_items().ok_or_else(|| bad("not an array"))? {
-        let items = entry.into_items().ok_or_else(|| bad("entry not an array"))?;
+        let items = entry
+            .into_items()
+            .ok_or_else(|| bad("entry not an array"))?;
         if items.len() < 3 {
             return Err(bad("short entry"));
         }
@@ -145,11 +162,17 @@ pub fn parse_cluster_slots(reply: Value, asked: &NodeAddr) -> Result<Vec<(u16, u
             return Err(bad("master entry"));
         }
         let host = match master[0].as_bytes() {
-            Some(h) if !h.is_empty() && h.as_ref() != b"?" => String::from_utf8_lossy(h).into_owned(),
+            Some(h) if !h.is_empty() && h.as_ref() != b"?" => {
+                String::from_utf8_lossy(h).into_owned()
+            }
             _ => asked.host.clone(),
         };
         let port = master[1].as_int().ok_or_else(|| bad("port"))?;
-        let (Ok(first), Ok(last), Ok(port)) = (u16::try_from(first), u16::try_from(last), u16::try_from(port)) else {
+        let (Ok(first), Ok(last), Ok(port)) = (
+            u16::try_from(first),
+            u16::try_from(last),
+            u16::try_from(port),
+        ) else {
             return Err(bad("out of range"));
         };
         if first > last || last >= SLOT_COUNT {
@@ -175,10 +198,23 @@ mod tests {
               *4\r\n:8192\r\n:16383\r\n*4\r\n$0\r\n\r\n:7001\r\n$2\r\nid\r\n*0\r\n*3\r\n$1\r\nx\r\n:1\r\n$1\r\ny\r\n",
         );
         let v = Value::decode(&raw).expect("valid");
-        let asked = NodeAddr { host: "seed.example".into(), port: 7001 };
+        let asked = NodeAddr {
+            host: "seed.example".into(),
+            port: 7001,
+        };
         let r = parse_cluster_slots(v, &asked).expect("valid");
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0], (0, 8191, NodeAddr { host: "127.0.0.1".into(), port: 7000 }));
+        assert_eq!(
+            r[0],
+            (
+                0,
+                8191,
+                NodeAddr {
+                    host: "127.0.0.1".into(),
+                    port: 7000
+                }
+            )
+        );
         assert_eq!(r[1].2.host, "seed.example");
     }
 }

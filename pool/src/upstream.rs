@@ -60,7 +60,9 @@ pub struct Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("info", &self.inner.info).finish()
+        f.debug_struct("Upstream")
+            .field("info", &self.inner.info)
+            .finish()
     }
 }
 
@@ -75,8 +77,15 @@ impl Upstream {
         let mut last_err = None;
         let mut probe = None;
         for seed in &cfg.seeds {
-            let cmds: [&[&[u8]]; 3] = [&[b"INFO", b"server"], &[b"INFO", b"cluster"], &[b"CONFIG", b"GET", b"databases"]];
-            match connector.oneshot(&seed.addr, Session::default(), &cmds).await {
+            let cmds: [&[&[u8]]; 3] = [
+                &[b"INFO", b"server"],
+                &[b"INFO", b"cluster"],
+                &[b"CONFIG", b"GET", b"databases"],
+            ];
+            match connector
+                .oneshot(&seed.addr, Session::default(), &cmds)
+                .await
+            {
                 Ok(r) => {
                     probe = Some((seed.addr.clone(), r));
                     break;
@@ -101,7 +110,9 @@ impl Upstream {
         let cluster = match cfg.mode {
             Mode::Auto => cluster_enabled,
             Mode::Cluster if !cluster_enabled => {
-                return Err(Error::Config(format!("--mode cluster, but {seed_addr} has cluster mode off")))
+                return Err(Error::Config(format!(
+                    "--mode cluster, but {seed_addr} has cluster mode off"
+                )))
             }
             Mode::Cluster => true,
             Mode::Standalone => false,
@@ -116,7 +127,11 @@ impl Upstream {
                 .and_then(|n| u16::try_from(n).ok())
                 .unwrap_or(16)
         };
-        let info = ServerInfo { version, databases, cluster };
+        let info = ServerInfo {
+            version,
+            databases,
+            cluster,
+        };
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
             connector,
@@ -130,7 +145,10 @@ impl Upstream {
         if cluster {
             let ranges = up.read_slots(&seed_addr).await?;
             up.install(&ranges);
-            tokio::spawn(refresher(Arc::clone(&up.inner), up.inner.cfg.refresh_interval));
+            tokio::spawn(refresher(
+                Arc::clone(&up.inner),
+                up.inner.cfg.refresh_interval,
+            ));
         } else {
             let node = up.node(&seed_addr);
             up.inner.topo.store(Arc::new(Topology::standalone(node)));
@@ -170,7 +188,14 @@ impl Upstream {
     ///
     /// # Errors
     /// Connection errors; [`Error::Config`] for a database out of range.
-    pub async fn call(&self, node: &Node, session: Session, hint: usize, payload: Bytes, count: usize) -> Result<Replies> {
+    pub async fn call(
+        &self,
+        node: &Node,
+        session: Session,
+        hint: usize,
+        payload: Bytes,
+        count: usize,
+    ) -> Result<Replies> {
         let conn = node
             .conn(session, hint)
             .ok_or_else(|| Error::Config(format!("database {} out of range", session.db)))?;
@@ -187,7 +212,13 @@ impl Upstream {
     ///
     /// # Errors
     /// Connection and routing errors.
-    pub async fn execute(&self, session: Session, hint: usize, target: Target, cmd: Bytes) -> Result<Bytes> {
+    pub async fn execute(
+        &self,
+        session: Session,
+        hint: usize,
+        target: Target,
+        cmd: Bytes,
+    ) -> Result<Bytes> {
         let topo = self.topology();
         let idx = match target {
             Target::Slot(s) => topo.node_index(s).inspect_err(|_| self.request_refresh())?,
@@ -208,7 +239,14 @@ impl Upstream {
     ///
     /// # Errors
     /// Connection errors on the redirected node.
-    pub async fn follow(&self, session: Session, hint: usize, slot: Option<Slot>, cmd: &Bytes, mut reply: Bytes) -> Result<Bytes> {
+    pub async fn follow(
+        &self,
+        session: Session,
+        hint: usize,
+        slot: Option<Slot>,
+        cmd: &Bytes,
+        mut reply: Bytes,
+    ) -> Result<Bytes> {
         if !self.inner.info.cluster {
             return Ok(reply);
         }
@@ -227,7 +265,9 @@ impl Upstream {
                     resp::encode_command(&mut p, &[b"ASKING"]);
                     p.extend_from_slice(cmd);
                     let mut r = self.call(&node, session, hint, p.freeze(), 2).await?;
-                    reply = r.pop().ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
+                    reply = r
+                        .pop()
+                        .ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
                 }
                 Action::TryAgain => {
                     tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt + 1))).await;
@@ -259,7 +299,9 @@ impl Upstream {
 
     fn note_moved(&self, slot: Slot, addr: &NodeAddr) {
         let node = self.node(addr);
-        self.inner.topo.rcu(|t| t.with_slot(slot, Arc::clone(&node)));
+        self.inner
+            .topo
+            .rcu(|t| t.with_slot(slot, Arc::clone(&node)));
         self.request_refresh();
     }
 
@@ -278,7 +320,11 @@ impl Upstream {
         let old = self.inner.topo.swap(Arc::new(topo));
         let new = self.inner.topo.load();
         let changed = old.nodes().len() != new.nodes().len()
-            || old.nodes().iter().zip(new.nodes()).any(|(a, b)| a.addr() != b.addr());
+            || old
+                .nodes()
+                .iter()
+                .zip(new.nodes())
+                .any(|(a, b)| a.addr() != b.addr());
         if changed {
             let masters: Vec<String> = new.nodes().iter().map(|n| n.addr().to_string()).collect();
             info!(masters = ?masters, "cluster topology");
@@ -290,7 +336,12 @@ impl Upstream {
 
     /// Re-reads the slot map from any known master or seed.
     async fn refresh(&self) -> Result<()> {
-        let mut candidates: Vec<NodeAddr> = self.topology().nodes().iter().map(|n| n.addr().clone()).collect();
+        let mut candidates: Vec<NodeAddr> = self
+            .topology()
+            .nodes()
+            .iter()
+            .map(|n| n.addr().clone())
+            .collect();
         candidates.extend(self.inner.cfg.seeds.iter().map(|s| s.addr.clone()));
         let mut last = None;
         for addr in candidates {
@@ -312,7 +363,9 @@ async fn refresher(inner: Arc<Inner>, every: Duration) {
         if inner.closed.is_set() {
             return;
         }
-        let up = Upstream { inner: Arc::clone(&inner) };
+        let up = Upstream {
+            inner: Arc::clone(&inner),
+        };
         if let Err(e) = up.refresh().await {
             warn!(error = %e, "refreshing slot map failed");
         }
@@ -322,7 +375,8 @@ async fn refresher(inner: Arc<Inner>, every: Duration) {
 }
 
 fn first(mut r: Replies) -> Result<Bytes> {
-    r.pop().ok_or_else(|| Error::Topology("missing reply".into()))
+    r.pop()
+        .ok_or_else(|| Error::Topology("missing reply".into()))
 }
 
 /// A field of an INFO text.

@@ -39,7 +39,11 @@ pub enum ModeArg {
 
 /// Every option, as given (all optional so that sources can be merged).
 #[derive(Debug, Default, Parser, Deserialize)]
-#[command(name = "sidecache", version, about = "A Redis-protocol caching sidecar proxy for Redis, Redis Cluster and ElastiCache.")]
+#[command(
+    name = "sidecache",
+    version,
+    about = "A Redis-protocol caching sidecar proxy for Redis, Redis Cluster and ElastiCache."
+)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// TOML file with any of these options (keys as the long flag names, `-` as `_`).
@@ -61,7 +65,12 @@ pub struct Options {
 
     /// Upstream URL, `redis://[[user]:pass@]host[:port][/db]` or `rediss://…` for TLS;
     /// repeat (or comma-separate in the env var) to give several cluster seeds.
-    #[arg(long, env = "SIDECACHE_UPSTREAM", value_name = "URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SIDECACHE_UPSTREAM",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
     pub upstream: Vec<String>,
 
     /// Upstream mode: auto asks the server whether cluster mode is on [default: auto].
@@ -82,7 +91,11 @@ pub struct Options {
 
     /// Largest incomplete request buffered for one client before it is
     /// disconnected; accepts kb/mb/gb [default: 1gb].
-    #[arg(long, env = "SIDECACHE_CLIENT_QUERY_BUFFER_LIMIT", value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "SIDECACHE_CLIENT_QUERY_BUFFER_LIMIT",
+        value_name = "BYTES"
+    )]
     pub client_query_buffer_limit: Option<String>,
 
     /// Maximum simultaneous clients; more get `-ERR max number of clients reached` [default: 10000].
@@ -90,7 +103,12 @@ pub struct Options {
     pub maxclients: Option<usize>,
 
     /// Password clients must send with AUTH (none by default, as Redis).
-    #[arg(long, env = "SIDECACHE_REQUIREPASS", value_name = "PASS", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SIDECACHE_REQUIREPASS",
+        value_name = "PASS",
+        hide_env_values = true
+    )]
     pub requirepass: Option<String>,
 
     /// Seconds to finish in-flight work after SIGTERM/SIGINT [default: 30].
@@ -125,7 +143,10 @@ pub struct ConfigError {
 }
 
 fn err(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError { key, message: message.into() }
+    ConfigError {
+        key,
+        message: message.into(),
+    }
 }
 
 /// The validated configuration.
@@ -161,12 +182,18 @@ impl Options {
             listen: self.listen.or(file.listen),
             unix_socket: self.unix_socket.or(file.unix_socket),
             unix_socket_mode: self.unix_socket_mode.or(file.unix_socket_mode),
-            upstream: if self.upstream.is_empty() { file.upstream } else { self.upstream },
+            upstream: if self.upstream.is_empty() {
+                file.upstream
+            } else {
+                self.upstream
+            },
             mode: self.mode.or(file.mode),
             pool_size: self.pool_size.or(file.pool_size),
             proto_max_bulk_len: self.proto_max_bulk_len.or(file.proto_max_bulk_len),
             max_multibulk_len: self.max_multibulk_len.or(file.max_multibulk_len),
-            client_query_buffer_limit: self.client_query_buffer_limit.or(file.client_query_buffer_limit),
+            client_query_buffer_limit: self
+                .client_query_buffer_limit
+                .or(file.client_query_buffer_limit),
             maxclients: self.maxclients.or(file.maxclients),
             requirepass: self.requirepass.or(file.requirepass),
             shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
@@ -197,31 +224,43 @@ impl Config {
     /// [`ConfigError`] naming the first bad option.
     pub fn from_options(o: Options) -> Result<Config, ConfigError> {
         let listen = o.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-        let listen: SocketAddr = listen
-            .parse()
-            .map_err(|_| err("--listen", format!("{listen:?} is not an address like 127.0.0.1:6380")))?;
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            err(
+                "--listen",
+                format!("{listen:?} is not an address like 127.0.0.1:6380"),
+            )
+        })?;
         let mode_bits = match &o.unix_socket_mode {
             Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|b| *b <= 0o777)
-                .ok_or_else(|| err("--unix-socket-mode", format!("{m:?} is not octal permission bits like 0660")))?,
+                .ok_or_else(|| {
+                    err(
+                        "--unix-socket-mode",
+                        format!("{m:?} is not octal permission bits like 0660"),
+                    )
+                })?,
             None => DEFAULT_UNIX_SOCKET_MODE,
         };
         if o.upstream.is_empty() {
-            return Err(err("--upstream", "required (e.g. --upstream redis://127.0.0.1:6379)"));
+            return Err(err(
+                "--upstream",
+                "required (e.g. --upstream redis://127.0.0.1:6379)",
+            ));
         }
         let seeds = o
             .upstream
             .iter()
             .map(|u| Seed::parse(u.trim()).map_err(|e| err("--upstream", e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let secs = |key: &'static str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
-            let v = v.unwrap_or(default);
-            Duration::try_from_secs_f64(v)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
-        };
+        let secs =
+            |key: &'static str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
+                let v = v.unwrap_or(default);
+                Duration::try_from_secs_f64(v)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
+            };
         let pool_size = o.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
         if pool_size == 0 || pool_size > 64 {
             return Err(err("--pool-size", "must be between 1 and 64"));
@@ -239,13 +278,23 @@ impl Config {
             tls_ca_file: o.tls_ca_file,
             ..UpstreamConfig::default()
         };
-        let proto_max_bulk_len = size("--proto-max-bulk-len", o.proto_max_bulk_len.as_deref(), DEFAULT_PROTO_MAX_BULK_LEN)?;
+        let proto_max_bulk_len = size(
+            "--proto-max-bulk-len",
+            o.proto_max_bulk_len.as_deref(),
+            DEFAULT_PROTO_MAX_BULK_LEN,
+        )?;
         if proto_max_bulk_len < 1024 * 1024 {
-            return Err(err("--proto-max-bulk-len", "must be at least 1mb (as Redis)"));
+            return Err(err(
+                "--proto-max-bulk-len",
+                "must be at least 1mb (as Redis)",
+            ));
         }
         let max_multibulk_len = o.max_multibulk_len.unwrap_or(DEFAULT_MAX_MULTIBULK_LEN);
         if max_multibulk_len == 0 || max_multibulk_len > i32::MAX as u64 {
-            return Err(err("--max-multibulk-len", "must be between 1 and 2147483647"));
+            return Err(err(
+                "--max-multibulk-len",
+                "must be between 1 and 2147483647",
+            ));
         }
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
         if maxclients == 0 {
@@ -275,7 +324,18 @@ impl Config {
             .upstream
             .seeds
             .iter()
-            .map(|s| format!("{}://{}{}", if s.tls { "rediss" } else { "redis" }, if s.credentials.is_some() { "<auth>@" } else { "" }, s.addr))
+            .map(|s| {
+                format!(
+                    "{}://{}{}",
+                    if s.tls { "rediss" } else { "redis" },
+                    if s.credentials.is_some() {
+                        "<auth>@"
+                    } else {
+                        ""
+                    },
+                    s.addr
+                )
+            })
             .collect();
         format!(
             "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={}",
@@ -291,8 +351,10 @@ impl Config {
 }
 
 fn read_file(path: &Path) -> Result<Options, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
-    toml::from_str(&text).map_err(|e| err("--config", format!("{}: {}", path.display(), e.message())))
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
+    toml::from_str(&text)
+        .map_err(|e| err("--config", format!("{}: {}", path.display(), e.message())))
 }
 
 /// Parses `512mb`, `1gb`, `64k`, `1048576` as Redis does (k = 1000, kb = 1024).
@@ -322,12 +384,14 @@ mod tests {
     use super::*;
 
     fn opts(args: &[&str]) -> Options {
-        Options::try_parse_from(std::iter::once("sidecache").chain(args.iter().copied())).expect("valid flags")
+        Options::try_parse_from(std::iter::once("sidecache").chain(args.iter().copied()))
+            .expect("valid flags")
     }
 
     #[test]
     fn defaults() {
-        let c = Config::from_options(opts(&["--upstream", "redis://127.0.0.1:6379"])).expect("valid");
+        let c =
+            Config::from_options(opts(&["--upstream", "redis://127.0.0.1:6379"])).expect("valid");
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
         assert_eq!(c.upstream.pool_size, DEFAULT_POOL_SIZE);
@@ -338,17 +402,33 @@ mod tests {
     fn errors_name_the_option() {
         let e = Config::from_options(opts(&[])).expect_err("upstream required");
         assert_eq!(e.key, "--upstream");
-        let e = Config::from_options(opts(&["--upstream", "redis://h", "--listen", "nope"])).expect_err("bad");
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--listen", "nope"]))
+            .expect_err("bad");
         assert_eq!(e.key, "--listen");
-        let e = Config::from_options(opts(&["--upstream", "redis://h", "--unix-socket-mode", "999"])).expect_err("bad");
+        let e = Config::from_options(opts(&[
+            "--upstream",
+            "redis://h",
+            "--unix-socket-mode",
+            "999",
+        ]))
+        .expect_err("bad");
         assert_eq!(e.key, "--unix-socket-mode");
-        let e = Config::from_options(opts(&["--upstream", "redis://h", "--proto-max-bulk-len", "12parsecs"])).expect_err("bad");
+        let e = Config::from_options(opts(&[
+            "--upstream",
+            "redis://h",
+            "--proto-max-bulk-len",
+            "12parsecs",
+        ]))
+        .expect_err("bad");
         assert_eq!(e.key, "--proto-max-bulk-len");
     }
 
     #[test]
     fn file_fills_gaps_flags_win() {
-        let file: Options = toml::from_str("listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n").expect("toml");
+        let file: Options = toml::from_str(
+            "listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n",
+        )
+        .expect("toml");
         let merged = opts(&["--pool-size", "5"]).or(file);
         let c = Config::from_options(merged).expect("valid");
         assert_eq!(c.listen.port(), 7777);
@@ -359,7 +439,10 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(size("k", Some("512mb"), 0).expect("valid"), 512 * 1024 * 1024);
+        assert_eq!(
+            size("k", Some("512mb"), 0).expect("valid"),
+            512 * 1024 * 1024
+        );
         assert_eq!(size("k", Some("1000"), 0).expect("valid"), 1000);
         assert_eq!(size("k", Some("2k"), 0).expect("valid"), 2000);
         assert!(size("k", Some("x"), 0).is_err());

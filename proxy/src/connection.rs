@@ -57,10 +57,28 @@ struct Part {
 
 enum Pending {
     Local(Range<usize>),
-    Up { node: u32, idx: u32, slot: Option<Slot>, cmd: Bytes },
-    Merge { kind: Merge, parts: Vec<Part>, nkeys: usize },
-    Scan { node: u32, idx: u32, cmd: Bytes, shard: u64, nshards: u64 },
-    Info { upstream: Option<(u32, u32)>, proxy: bool },
+    Up {
+        node: u32,
+        idx: u32,
+        slot: Option<Slot>,
+        cmd: Bytes,
+    },
+    Merge {
+        kind: Merge,
+        parts: Vec<Part>,
+        nkeys: usize,
+    },
+    Scan {
+        node: u32,
+        idx: u32,
+        cmd: Bytes,
+        shard: u64,
+        nshards: u64,
+    },
+    Info {
+        upstream: Option<(u32, u32)>,
+        proxy: bool,
+    },
 }
 
 #[derive(Default)]
@@ -130,7 +148,10 @@ impl Client {
     }
 
     fn session(&self) -> Session {
-        Session { db: self.st.db, proto: self.st.proto }
+        Session {
+            db: self.st.db,
+            proto: self.st.proto,
+        }
     }
 
     fn hint(&self) -> usize {
@@ -139,7 +160,10 @@ impl Client {
 
     fn local_reply(&mut self, f: impl FnOnce(&mut Reply<'_>)) {
         let start = self.scratch.len();
-        f(&mut Reply { out: &mut self.scratch, proto: self.st.proto });
+        f(&mut Reply {
+            out: &mut self.scratch,
+            proto: self.st.proto,
+        });
         self.pending.push(Pending::Local(start..self.scratch.len()));
     }
 
@@ -155,7 +179,12 @@ impl Client {
 
     fn forward(&mut self, node: usize, slot: Option<Slot>, cmd: &Bytes) {
         let (node, idx) = self.enqueue(node, cmd);
-        self.pending.push(Pending::Up { node, idx, slot, cmd: cmd.clone() });
+        self.pending.push(Pending::Up {
+            node,
+            idx,
+            slot,
+            cmd: cmd.clone(),
+        });
     }
 
     /// Dispatches one parsed request.
@@ -197,7 +226,9 @@ impl Client {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
             }
             Handling::MaybeBlocking if args.iter().any(|a| a.eq_ignore_ascii_case(b"BLOCK")) => {
-                self.local_reply(|r| r.error("ERR blocking commands are not supported by sidecache yet"));
+                self.local_reply(|r| {
+                    r.error("ERR blocking commands are not supported by sidecache yet")
+                });
             }
             Handling::Info => self.info(req),
             Handling::Scan if cluster => self.scan(req),
@@ -205,12 +236,26 @@ impl Client {
                 let parts = (0..self.topo.nodes().len())
                     .map(|n| {
                         let (node, idx) = self.enqueue(n, &req.raw);
-                        Part { node, idx, slot: None, cmd: req.raw.clone(), positions: Vec::new() }
+                        Part {
+                            node,
+                            idx,
+                            slot: None,
+                            cmd: req.raw.clone(),
+                            positions: Vec::new(),
+                        }
                     })
                     .collect();
-                self.pending.push(Pending::Merge { kind, parts, nkeys: 0 });
+                self.pending.push(Pending::Merge {
+                    kind,
+                    parts,
+                    nkeys: 0,
+                });
             }
-            Handling::Split(kind) if cluster && info.arity_ok(args.len()) && (kind != Merge::AllOk || args.len() % 2 == 1) => {
+            Handling::Split(kind)
+                if cluster
+                    && info.arity_ok(args.len())
+                    && (kind != Merge::AllOk || args.len() % 2 == 1) =>
+            {
                 self.split(kind, req);
             }
             _ if !cluster => self.forward(0, None, &req.raw),
@@ -225,7 +270,9 @@ impl Client {
                         Ok(n) => self.forward(n, Some(s), &req.raw),
                         Err(e) => {
                             self.shared.upstream.request_refresh();
-                            self.local_reply(|r| r.error(&format!("CLUSTERDOWN Hash slot not served ({e})")));
+                            self.local_reply(|r| {
+                                r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))
+                            });
                         }
                     },
                     None => self.forward(0, None, &req.raw),
@@ -252,7 +299,8 @@ impl Client {
             let slot = groups[0].0;
             match self.topo.node_index(slot) {
                 Ok(n) => self.forward(n, Some(slot), &req.raw),
-                Err(e) => self.local_reply(|r| r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))),
+                Err(e) => self
+                    .local_reply(|r| r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))),
             }
             return;
         }
@@ -261,7 +309,9 @@ impl Client {
             let node = match self.topo.node_index(slot) {
                 Ok(n) => n,
                 Err(e) => {
-                    self.local_reply(|r| r.error(&format!("CLUSTERDOWN Hash slot not served ({e})")));
+                    self.local_reply(|r| {
+                        r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))
+                    });
                     return;
                 }
             };
@@ -276,7 +326,13 @@ impl Client {
             }
             let cmd = cmd.freeze();
             let (node, idx) = self.enqueue(node, &cmd);
-            parts.push(Part { node, idx, slot: Some(slot), cmd, positions });
+            parts.push(Part {
+                node,
+                idx,
+                slot: Some(slot),
+                cmd,
+                positions,
+            });
         }
         self.pending.push(Pending::Merge { kind, parts, nkeys });
     }
@@ -284,7 +340,10 @@ impl Client {
     fn scan(&mut self, req: &Request) {
         let args = &req.args;
         let nshards = self.topo.nodes().len() as u64;
-        let cursor = args.get(1).and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse::<u64>().ok());
+        let cursor = args
+            .get(1)
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|c| c.parse::<u64>().ok());
         let Some(cursor) = cursor else {
             if args.len() < 2 {
                 return self.local_reply(|r| local::arity_error(r, "scan"));
@@ -305,13 +364,24 @@ impl Client {
         resp::encode_command(&mut cmd, &new_args);
         let cmd = cmd.freeze();
         let (node, idx) = self.enqueue(shard as usize, &cmd);
-        self.pending.push(Pending::Scan { node, idx, cmd, shard, nshards });
+        self.pending.push(Pending::Scan {
+            node,
+            idx,
+            cmd,
+            shard,
+            nshards,
+        });
     }
 
     fn info(&mut self, req: &Request) {
-        let sections: Vec<Vec<u8>> = req.args[1..].iter().map(|a| a.to_ascii_lowercase()).collect();
+        let sections: Vec<Vec<u8>> = req.args[1..]
+            .iter()
+            .map(|a| a.to_ascii_lowercase())
+            .collect();
         let proxy = sections.is_empty()
-            || sections.iter().any(|s| matches!(&s[..], b"proxy" | b"all" | b"everything" | b"default"));
+            || sections
+                .iter()
+                .any(|s| matches!(&s[..], b"proxy" | b"all" | b"everything" | b"default"));
         let only_proxy = !sections.is_empty() && sections.iter().all(|s| s == b"proxy");
         let upstream = (!only_proxy).then(|| self.enqueue(0, &req.raw));
         self.pending.push(Pending::Info { upstream, proxy });
@@ -359,7 +429,11 @@ impl Client {
                     Ok(rx) => b.rx = Some(rx),
                     Err(e) => b.result = Some(Err(e)),
                 },
-                None => b.result = Some(Err(sidecache_pool::Error::Config("database out of range".into()))),
+                None => {
+                    b.result = Some(Err(sidecache_pool::Error::Config(
+                        "database out of range".into(),
+                    )))
+                }
             }
         }
         for b in self.builders.iter_mut() {
@@ -372,7 +446,12 @@ impl Client {
         for p in pending {
             match p {
                 Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
-                Pending::Up { node, idx, slot, cmd } => match self.reply_of(node, idx, slot, &cmd).await {
+                Pending::Up {
+                    node,
+                    idx,
+                    slot,
+                    cmd,
+                } => match self.reply_of(node, idx, slot, &cmd).await {
                     Ok(f) => self.wbuf.put_slice(&f),
                     Err(e) => {
                         errors += 1;
@@ -383,8 +462,14 @@ impl Client {
                     let mut replies = Vec::with_capacity(parts.len());
                     let mut failed = None;
                     for part in &parts {
-                        match self.reply_of(part.node, part.idx, part.slot, &part.cmd).await {
-                            Ok(f) => replies.push(PartReply { frame: f, positions: &part.positions }),
+                        match self
+                            .reply_of(part.node, part.idx, part.slot, &part.cmd)
+                            .await
+                        {
+                            Ok(f) => replies.push(PartReply {
+                                frame: f,
+                                positions: &part.positions,
+                            }),
                             Err(e) => {
                                 failed = Some(e);
                                 break;
@@ -399,7 +484,13 @@ impl Client {
                         None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
                     }
                 }
-                Pending::Scan { node, idx, cmd, shard, nshards } => match self.reply_of(node, idx, None, &cmd).await {
+                Pending::Scan {
+                    node,
+                    idx,
+                    cmd,
+                    shard,
+                    nshards,
+                } => match self.reply_of(node, idx, None, &cmd).await {
                     Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
                     Err(e) => {
                         errors += 1;
@@ -408,26 +499,36 @@ impl Client {
                 },
                 Pending::Info { upstream, proxy } => {
                     let body = match upstream {
-                        Some((node, idx)) => match self.reply_of(node, idx, None, &Bytes::new()).await {
-                            Ok(f) => Ok(resp::Value::decode(&f).ok().and_then(|v| match v {
-                                resp::Value::Bulk(b) | resp::Value::Verbatim(b) => Some(b),
-                                _ => None,
-                            })),
-                            Err(e) => Err(e),
-                        },
+                        Some((node, idx)) => {
+                            match self.reply_of(node, idx, None, &Bytes::new()).await {
+                                Ok(f) => Ok(resp::Value::decode(&f).ok().and_then(|v| match v {
+                                    resp::Value::Bulk(b) | resp::Value::Verbatim(b) => Some(b),
+                                    _ => None,
+                                })),
+                                Err(e) => Err(e),
+                            }
+                        }
                         None => Ok(None),
                     };
                     match body {
                         Err(e) => upstream_error(&mut self.wbuf, &e),
                         Ok(body) => {
-                            let mut text = if proxy { self.proxy_section().into_bytes() } else { Vec::new() };
+                            let mut text = if proxy {
+                                self.proxy_section().into_bytes()
+                            } else {
+                                Vec::new()
+                            };
                             if let Some(b) = body {
                                 if proxy && !b.is_empty() {
                                     text.extend_from_slice(b"\r\n");
                                 }
                                 text.extend_from_slice(&b);
                             }
-                            Reply { out: &mut self.wbuf, proto: self.st.proto }.verbatim(&text);
+                            Reply {
+                                out: &mut self.wbuf,
+                                proto: self.st.proto,
+                            }
+                            .verbatim(&text);
                         }
                     }
                 }
@@ -438,9 +539,14 @@ impl Client {
             b.result = None;
         }
         let stats = &self.shared.stats;
-        stats.commands.fetch_add(std::mem::take(&mut self.commands), std::sync::atomic::Ordering::Relaxed);
+        stats.commands.fetch_add(
+            std::mem::take(&mut self.commands),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if errors > 0 {
-            stats.upstream_errors.fetch_add(errors, std::sync::atomic::Ordering::Relaxed);
+            stats
+                .upstream_errors
+                .fetch_add(errors, std::sync::atomic::Ordering::Relaxed);
         }
         self.batch_bytes = 0;
         // Pick up topology changes between batches.
@@ -448,9 +554,22 @@ impl Client {
     }
 
     /// The final reply of one queued command, following cluster redirects.
-    async fn reply_of(&mut self, node: u32, idx: u32, slot: Option<Slot>, cmd: &Bytes) -> sidecache_pool::Result<Bytes> {
-        let frame = match self.builders.get_mut(node as usize).and_then(|b| b.result.as_mut()) {
-            Some(Ok(frames)) => frames.get_mut(idx as usize).map(std::mem::take).unwrap_or_default(),
+    async fn reply_of(
+        &mut self,
+        node: u32,
+        idx: u32,
+        slot: Option<Slot>,
+        cmd: &Bytes,
+    ) -> sidecache_pool::Result<Bytes> {
+        let frame = match self
+            .builders
+            .get_mut(node as usize)
+            .and_then(|b| b.result.as_mut())
+        {
+            Some(Ok(frames)) => frames
+                .get_mut(idx as usize)
+                .map(std::mem::take)
+                .unwrap_or_default(),
             Some(Err(e)) => return Err(e.clone()),
             None => return Err(sidecache_pool::Error::Closed),
         };
@@ -460,7 +579,10 @@ impl Client {
         if !self.topo.is_cluster() || resp::error_text(&frame).is_none() || cmd.is_empty() {
             return Ok(frame);
         }
-        self.shared.upstream.follow(self.session(), self.hint(), slot, cmd, frame).await
+        self.shared
+            .upstream
+            .follow(self.session(), self.hint(), slot, cmd, frame)
+            .await
     }
 }
 
@@ -481,7 +603,10 @@ fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
     let up = els
         .first()
         .and_then(|c| resp::Value::decode(c).ok())
-        .and_then(|v| v.as_bytes().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok()));
+        .and_then(|v| {
+            v.as_bytes()
+                .and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok())
+        });
     let (Some(up), 2) = (up, els.len()) else {
         out.put_slice(frame);
         return;
@@ -503,11 +628,19 @@ fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
 }
 
 /// Serves one client until it quits, errs, or shutdown is requested.
-pub async fn serve<S>(mut stream: S, shared: Arc<Shared>, addr: String, laddr: String, shutdown: CancellationToken)
-where
+pub async fn serve<S>(
+    mut stream: S,
+    shared: Arc<Shared>,
+    addr: String,
+    laddr: String,
+    shutdown: CancellationToken,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let limits = Limits { max_bulk: shared.config.proto_max_bulk_len, max_multibulk: shared.config.max_multibulk_len };
+    let limits = Limits {
+        max_bulk: shared.config.proto_max_bulk_len,
+        max_multibulk: shared.config.max_multibulk_len,
+    };
     let query_limit = shared.config.client_query_buffer_limit as usize;
     let mut client = Client::new(Arc::clone(&shared), addr, laddr);
     let mut parser = Parser::new(limits);
@@ -545,7 +678,10 @@ where
             break;
         }
         if rbuf.len() > query_limit {
-            debug!(id = client.st.id, "closing client that reached max query buffer length");
+            debug!(
+                id = client.st.id,
+                "closing client that reached max query buffer length"
+            );
             break;
         }
         let want = parser.wanted().map_or(0, |w| w.saturating_sub(rbuf.len()));
@@ -563,7 +699,10 @@ where
     shared.with_clients(|c| c.remove(&client.st.id));
 }
 
-async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, wbuf: &mut BytesMut) -> std::io::Result<()> {
+async fn write_out<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    wbuf: &mut BytesMut,
+) -> std::io::Result<()> {
     if !wbuf.is_empty() {
         stream.write_all(wbuf).await?;
         wbuf.clear();

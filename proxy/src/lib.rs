@@ -48,12 +48,17 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     let upstream = Upstream::connect(config.upstream.clone()).await?;
     let mut cmd = bytes::BytesMut::new();
     sidecache_pool::resp::encode_command(&mut cmd, &[b"COMMAND"]);
-    let reply = upstream.execute(Session::default(), 0, Target::Any, cmd.freeze()).await?;
+    let reply = upstream
+        .execute(Session::default(), 0, Target::Any, cmd.freeze())
+        .await?;
     if let Some(e) = sidecache_pool::resp::error_text(&reply) {
-        return Err(StartError::CommandTable(String::from_utf8_lossy(e).into_owned()));
+        return Err(StartError::CommandTable(
+            String::from_utf8_lossy(e).into_owned(),
+        ));
     }
     let value = Value::decode(&reply).map_err(|e| StartError::CommandTable(e.to_string()))?;
-    let table = cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
+    let table =
+        cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
     tracing::info!(commands = table.len(), cluster = upstream.is_cluster(), version = %upstream.server_info().version, "upstream ready");
     Ok(Arc::new(Shared::new(upstream, table, config)))
 }

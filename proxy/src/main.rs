@@ -16,8 +16,14 @@ fn main() -> std::process::ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sidecache: cannot start the runtime: {e}");
@@ -36,7 +42,9 @@ fn main() -> std::process::ExitCode {
 async fn start(config: Config) -> anyhow::Result<()> {
     tracing::info!(config = %config.redacted(), "starting");
     let listeners = Listeners::bind(&config).await.context("cannot listen")?;
-    let shared = sidecache::prepare(config).await.context("cannot use upstream")?;
+    let shared = sidecache::prepare(config)
+        .await
+        .context("cannot use upstream")?;
     sidecache::run(listeners, shared, shutdown_signal()).await;
     Ok(())
 }

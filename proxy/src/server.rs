@@ -58,7 +58,10 @@ impl Listeners {
     pub async fn bind(config: &Config) -> Result<Listeners, ListenError> {
         let tcp = TcpListener::bind(config.listen)
             .await
-            .map_err(|source| ListenError::Tcp { addr: config.listen, source })?;
+            .map_err(|source| ListenError::Tcp {
+                addr: config.listen,
+                source,
+            })?;
         let unix = match &config.unix_socket {
             Some((path, mode)) => Some((bind_unix(path, *mode).await?, path.clone())),
             None => None,
@@ -76,7 +79,10 @@ impl Listeners {
 }
 
 async fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, ListenError> {
-    let fail = |message: String| ListenError::Unix { path: path.to_owned(), message };
+    let fail = |message: String| ListenError::Unix {
+        path: path.to_owned(),
+        message,
+    };
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             if UnixStream::connect(path).await.is_ok() {
@@ -84,12 +90,17 @@ async fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, ListenError> 
             }
             std::fs::remove_file(path).map_err(|e| fail(format!("removing stale socket: {e}")))?;
         }
-        Ok(_) => return Err(fail("exists and is not a socket; refusing to replace it".into())),
+        Ok(_) => {
+            return Err(fail(
+                "exists and is not a socket; refusing to replace it".into(),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e.to_string())),
     }
     let listener = UnixListener::bind(path).map_err(|e| fail(e.to_string()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| fail(format!("chmod: {e}")))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| fail(format!("chmod: {e}")))?;
     Ok(listener)
 }
 
@@ -98,11 +109,20 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(shared.config.maxclients));
-    let laddr = listeners.tcp.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let laddr = listeners
+        .tcp
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
 
     let tcp = {
-        let (shared, cancel, tracker, slots) = (Arc::clone(&shared), cancel.clone(), tracker.clone(), Arc::clone(&slots));
+        let (shared, cancel, tracker, slots) = (
+            Arc::clone(&shared),
+            cancel.clone(),
+            tracker.clone(),
+            Arc::clone(&slots),
+        );
         let listener = listeners.tcp;
         tokio::spawn(async move {
             loop {
@@ -119,14 +139,30 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let laddr = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
-                spawn_client(stream, peer.to_string(), laddr, &shared, &cancel, &tracker, &slots);
+                let laddr = stream
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                spawn_client(
+                    stream,
+                    peer.to_string(),
+                    laddr,
+                    &shared,
+                    &cancel,
+                    &tracker,
+                    &slots,
+                );
             }
         })
     };
     let unix_path = listeners.unix.as_ref().map(|u| u.1.clone());
     let unix = listeners.unix.map(|(listener, path)| {
-        let (shared, cancel, tracker, slots) = (Arc::clone(&shared), cancel.clone(), tracker.clone(), Arc::clone(&slots));
+        let (shared, cancel, tracker, slots) = (
+            Arc::clone(&shared),
+            cancel.clone(),
+            tracker.clone(),
+            Arc::clone(&slots),
+        );
         tokio::spawn(async move {
             let laddr = path.display().to_string();
             loop {
@@ -135,7 +171,15 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
                     r = listener.accept() => r,
                 };
                 match accepted {
-                    Ok((stream, _)) => spawn_client(stream, format!("{laddr}:0"), laddr.clone(), &shared, &cancel, &tracker, &slots),
+                    Ok((stream, _)) => spawn_client(
+                        stream,
+                        format!("{laddr}:0"),
+                        laddr.clone(),
+                        &shared,
+                        &cancel,
+                        &tracker,
+                        &slots,
+                    ),
                     Err(e) => {
                         warn!(error = %e, "accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -153,7 +197,10 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
         let _ = u.await;
     }
     tracker.close();
-    if tokio::time::timeout(shared.config.shutdown_timeout, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(shared.config.shutdown_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
         warn!(timeout = ?shared.config.shutdown_timeout, "shutdown timeout: closing remaining connections");
     }
     if let Some(p) = unix_path {
@@ -174,11 +221,19 @@ fn spawn_client<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+    shared
+        .stats
+        .connections_received
+        .fetch_add(1, Ordering::Relaxed);
     let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
-        shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        shared
+            .stats
+            .rejected_connections
+            .fetch_add(1, Ordering::Relaxed);
         tracker.spawn(async move {
-            let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+            let _ = stream
+                .write_all(b"-ERR max number of clients reached\r\n")
+                .await;
             let _ = stream.shutdown().await;
         });
         return;

@@ -12,7 +12,12 @@ use redis::AsyncCommands;
 use support::{raw, Cluster, Proxy};
 
 fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().unwrap();
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -36,11 +41,31 @@ async fn routing_split_and_fan_out() {
     // MGET in the client's order, with misses and duplicates.
     let ask = ["key:3", "nope", "key:17", "key:3", "key:0"];
     let got: Vec<Option<String>> = c.mget(&ask[..]).await.unwrap();
-    assert_eq!(got, vec![Some("v-key:3".into()), None, Some("v-key:17".into()), Some("v-key:3".into()), Some("v-key:0".into())]);
+    assert_eq!(
+        got,
+        vec![
+            Some("v-key:3".into()),
+            None,
+            Some("v-key:17".into()),
+            Some("v-key:3".into()),
+            Some("v-key:0".into())
+        ]
+    );
     // EXISTS counts duplicates; DEL/UNLINK/TOUCH sum across masters.
-    let n: i64 = redis::cmd("EXISTS").arg("key:1").arg("key:2").arg("key:1").arg("nope").query_async(&mut c).await.unwrap();
+    let n: i64 = redis::cmd("EXISTS")
+        .arg("key:1")
+        .arg("key:2")
+        .arg("key:1")
+        .arg("nope")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(n, 3);
-    let n: i64 = redis::cmd("TOUCH").arg(&keys[..5]).query_async(&mut c).await.unwrap();
+    let n: i64 = redis::cmd("TOUCH")
+        .arg(&keys[..5])
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(n, 5);
     let n: i64 = c.del(&keys[..10]).await.unwrap();
     assert_eq!(n, 10);
@@ -59,8 +84,15 @@ async fn routing_split_and_fan_out() {
     let mut seen = HashSet::new();
     let mut rounds = 0;
     loop {
-        let (next, batch): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg("scan:*").arg("COUNT").arg(50).query_async(&mut c).await.unwrap();
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("scan:*")
+            .arg("COUNT")
+            .arg(50)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         seen.extend(batch);
         rounds += 1;
         if next == 0 {
@@ -73,7 +105,12 @@ async fn routing_split_and_fan_out() {
     let rk: Option<String> = redis::cmd("RANDOMKEY").query_async(&mut c).await.unwrap();
     assert!(rk.is_some());
     // Commands that cannot be split get Redis Cluster's own error.
-    let out = raw(&proxy.addr.to_string(), b"SUNIONSTORE key:12 key:13 key:14\r\nSELECT 1\r\nSELECT 0\r\n", 3).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"SUNIONSTORE key:12 key:13 key:14\r\nSELECT 1\r\nSELECT 0\r\n",
+        3,
+    )
+    .await;
     assert_eq!(
         String::from_utf8_lossy(&out),
         "-CROSSSLOT Keys in request don't hash to the same slot\r\n-ERR SELECT is not allowed in cluster mode\r\n+OK\r\n"
@@ -84,7 +121,13 @@ async fn routing_split_and_fan_out() {
     let v: String = c.get("{user1}.b").await.unwrap();
     assert_eq!(v, "x");
     // Scripts route by their keys.
-    let v: String = redis::cmd("EVAL").arg("return redis.call('get', KEYS[1])").arg(1).arg("{user1}.b").query_async(&mut c).await.unwrap();
+    let v: String = redis::cmd("EVAL")
+        .arg("return redis.call('get', KEYS[1])")
+        .arg(1)
+        .arg("{user1}.b")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(v, "x");
     // A pipeline spanning every master keeps its order.
     let mut p = redis::pipe();
@@ -109,22 +152,48 @@ async fn ask_during_and_moved_after_slot_migration() {
     let mut c = proxy.conn().await;
     let key = "migrating-key";
     let _: () = c.set(key, "before").await.unwrap();
-    let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get().to_string();
+    let slot = sidecache_pool::Slot::for_key(key.as_bytes())
+        .get()
+        .to_string();
     let src = cluster.node_for(key);
     let dst = (src + 1) % 3;
     let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
     let src_id = cli(sp, &["cluster", "myid"]);
     let dst_id = cli(dp, &["cluster", "myid"]);
-    assert_eq!(cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]), "OK");
-    assert_eq!(cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]), "OK");
-    assert_eq!(cli(sp, &["migrate", "127.0.0.1", &dp.to_string(), "", "0", "5000", "KEYS", key]), "OK");
+    assert_eq!(
+        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
+        "OK"
+    );
+    assert_eq!(
+        cli(
+            sp,
+            &[
+                "migrate",
+                "127.0.0.1",
+                &dp.to_string(),
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                key
+            ]
+        ),
+        "OK"
+    );
     // Mid-migration: the source answers ASK; the proxy follows it.
     assert!(cli(sp, &["get", key]).starts_with("ASK"));
     let v: String = c.get(key).await.unwrap();
     assert_eq!(v, "before");
     // Finish the migration: now the source answers MOVED.
     for n in &cluster.nodes {
-        assert_eq!(cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]), "OK");
+        assert_eq!(
+            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
+            "OK"
+        );
     }
     assert!(cli(sp, &["get", key]).starts_with("MOVED"));
     let _: () = c.set(key, "after").await.unwrap();

@@ -30,7 +30,10 @@ fn split(line: &str) -> Vec<Vec<u8>> {
 /// fresh, flushed database) and compares every reply byte for byte.
 async fn same_as_redis(redis: &RedisServer, proxy: &Proxy, script: &[&str]) {
     let cmds: Vec<Vec<Vec<u8>>> = script.iter().map(|l| split(l)).collect();
-    let refs: Vec<Vec<&[u8]>> = cmds.iter().map(|c| c.iter().map(|a| a.as_slice()).collect()).collect();
+    let refs: Vec<Vec<&[u8]>> = cmds
+        .iter()
+        .map(|c| c.iter().map(|a| a.as_slice()).collect())
+        .collect();
     let refs2: Vec<&[&[u8]]> = refs.iter().map(|c| c.as_slice()).collect();
     let input = resp(&refs2);
     raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
@@ -48,23 +51,99 @@ async fn same_as_redis(redis: &RedisServer, proxy: &Proxy, script: &[&str]) {
 async fn every_data_type_matches_redis() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
-    same_as_redis(&redis, &proxy, &[
-        "SET s hello", "GET s", "APPEND s world", "STRLEN s", "GETRANGE s 0 3", "SETRANGE s 0 J", "GET s",
-        "INCR n", "INCRBY n 10", "DECR n", "INCRBYFLOAT f 1.5", "GET nope", "MSET a 1 b 2", "MGET a b nope",
-        "SETNX a 9", "GETSET a 3", "GETDEL a", "EXISTS a b", "DEL b nope", "TYPE s",
-        "LPUSH l a b c", "RPUSH l d", "LRANGE l 0 -1", "LPOP l", "RPOP l", "LLEN l", "LINDEX l 0", "LSET l 0 z", "LREM l 0 z",
-        "SADD st a b c", "SCARD st", "SISMEMBER st a", "SREM st a", "SMEMBERS nope", "SINTERCARD 1 st",
-        "HSET h f v g w", "HGET h f", "HMGET h f g x", "HLEN h", "HDEL h g", "HGETALL h", "HINCRBY h n 5", "HEXISTS h f",
-        "ZADD z 1 a 2 b 3 c", "ZRANGE z 0 -1 WITHSCORES", "ZSCORE z b", "ZINCRBY z 5 a", "ZRANK z a", "ZREM z c", "ZCARD z", "ZRANGEBYSCORE z -inf +inf",
-        "XADD x 1-1 f v", "XLEN x", "XRANGE x - +", "XREAD COUNT 1 STREAMS x 0",
-        "PFADD hll a b c", "PFCOUNT hll", "SETBIT bits 7 1", "GETBIT bits 7", "BITCOUNT bits",
-        "GEOADD geo 13.361389 38.115556 Palermo", "GEOPOS geo Palermo",
-        "EXPIRE s 100", "TTL s", "PERSIST s", "TTL s", "RENAME s s2", "GET s2",
-        "EVAL return.1 0", "EVAL return_redis.call('get',KEYS[1]) 1 s2",
-        "GET", "SET k", "NOSUCHCMD a b", "LPUSH s2 x", "INCR s2", "HGET",
-        "OBJECT ENCODING n", "DBSIZE", "EXISTS s2 s2 nope", "UNLINK s2", "TOUCH n z",
-        "ECHO hi", "PING", "PING hello", "ECHO", "PING a b",
-    ]).await;
+    same_as_redis(
+        &redis,
+        &proxy,
+        &[
+            "SET s hello",
+            "GET s",
+            "APPEND s world",
+            "STRLEN s",
+            "GETRANGE s 0 3",
+            "SETRANGE s 0 J",
+            "GET s",
+            "INCR n",
+            "INCRBY n 10",
+            "DECR n",
+            "INCRBYFLOAT f 1.5",
+            "GET nope",
+            "MSET a 1 b 2",
+            "MGET a b nope",
+            "SETNX a 9",
+            "GETSET a 3",
+            "GETDEL a",
+            "EXISTS a b",
+            "DEL b nope",
+            "TYPE s",
+            "LPUSH l a b c",
+            "RPUSH l d",
+            "LRANGE l 0 -1",
+            "LPOP l",
+            "RPOP l",
+            "LLEN l",
+            "LINDEX l 0",
+            "LSET l 0 z",
+            "LREM l 0 z",
+            "SADD st a b c",
+            "SCARD st",
+            "SISMEMBER st a",
+            "SREM st a",
+            "SMEMBERS nope",
+            "SINTERCARD 1 st",
+            "HSET h f v g w",
+            "HGET h f",
+            "HMGET h f g x",
+            "HLEN h",
+            "HDEL h g",
+            "HGETALL h",
+            "HINCRBY h n 5",
+            "HEXISTS h f",
+            "ZADD z 1 a 2 b 3 c",
+            "ZRANGE z 0 -1 WITHSCORES",
+            "ZSCORE z b",
+            "ZINCRBY z 5 a",
+            "ZRANK z a",
+            "ZREM z c",
+            "ZCARD z",
+            "ZRANGEBYSCORE z -inf +inf",
+            "XADD x 1-1 f v",
+            "XLEN x",
+            "XRANGE x - +",
+            "XREAD COUNT 1 STREAMS x 0",
+            "PFADD hll a b c",
+            "PFCOUNT hll",
+            "SETBIT bits 7 1",
+            "GETBIT bits 7",
+            "BITCOUNT bits",
+            "GEOADD geo 13.361389 38.115556 Palermo",
+            "GEOPOS geo Palermo",
+            "EXPIRE s 100",
+            "TTL s",
+            "PERSIST s",
+            "TTL s",
+            "RENAME s s2",
+            "GET s2",
+            "EVAL return.1 0",
+            "EVAL return_redis.call('get',KEYS[1]) 1 s2",
+            "GET",
+            "SET k",
+            "NOSUCHCMD a b",
+            "LPUSH s2 x",
+            "INCR s2",
+            "HGET",
+            "OBJECT ENCODING n",
+            "DBSIZE",
+            "EXISTS s2 s2 nope",
+            "UNLINK s2",
+            "TOUCH n z",
+            "ECHO hi",
+            "PING",
+            "PING hello",
+            "ECHO",
+            "PING a b",
+        ],
+    )
+    .await;
     proxy.stop().await;
 }
 
@@ -85,7 +164,11 @@ async fn binary_empty_and_large_values() {
     let got: Vec<u8> = c.get("big").await.unwrap();
     assert_eq!(got, big);
     // And what reached Redis is the same value.
-    let mut d = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let direct: Vec<u8> = d.get("big").await.unwrap();
     assert_eq!(direct, big);
     proxy.stop().await;
@@ -141,8 +224,16 @@ async fn malformed_input_gets_redis_errors_and_close() {
         let mut p = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
         p.write_all(case).await.unwrap();
         let proxied = read_to_close(&mut p).await;
-        assert_eq!(String::from_utf8_lossy(&proxied), String::from_utf8_lossy(&direct), "input {:?}", String::from_utf8_lossy(case));
-        assert!(proxied.starts_with(b"-ERR Protocol error") || proxied.starts_with(b"+PONG\r\n-ERR Protocol error"));
+        assert_eq!(
+            String::from_utf8_lossy(&proxied),
+            String::from_utf8_lossy(&direct),
+            "input {:?}",
+            String::from_utf8_lossy(case)
+        );
+        assert!(
+            proxied.starts_with(b"-ERR Protocol error")
+                || proxied.starts_with(b"+PONG\r\n-ERR Protocol error")
+        );
     }
     // Unknown commands and wrong arity keep the connection open.
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
@@ -159,17 +250,32 @@ async fn resp3_after_hello_3() {
     let run = |addr: String| async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let hello = raw_on(&mut s, b"HELLO 3\r\n", 1).await;
-        assert!(hello.starts_with(b"%7\r\n"), "HELLO 3 replies a map: {:?}", String::from_utf8_lossy(&hello));
+        assert!(
+            hello.starts_with(b"%7\r\n"),
+            "HELLO 3 replies a map: {:?}",
+            String::from_utf8_lossy(&hello)
+        );
         raw_on(&mut s, script, 7).await
     };
     raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
     let direct = run(redis.addr()).await;
     raw(&redis.addr(), b"FLUSHALL\r\n", 1).await;
     let proxied = run(proxy.addr.to_string()).await;
-    assert_eq!(String::from_utf8_lossy(&proxied), String::from_utf8_lossy(&direct));
-    assert!(proxied.windows(4).any(|w| w == b"%1\r\n"), "RESP3 map in HGETALL");
+    assert_eq!(
+        String::from_utf8_lossy(&proxied),
+        String::from_utf8_lossy(&direct)
+    );
+    assert!(
+        proxied.windows(4).any(|w| w == b"%1\r\n"),
+        "RESP3 map in HGETALL"
+    );
     // HELLO errors as Redis words them.
-    let out = raw(&proxy.addr.to_string(), b"HELLO 4\r\nHELLO x\r\nHELLO 3 FOO\r\n", 3).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"HELLO 4\r\nHELLO x\r\nHELLO 3 FOO\r\n",
+        3,
+    )
+    .await;
     assert_eq!(
         String::from_utf8_lossy(&out),
         "-NOPROTO unsupported protocol version\r\n-ERR Protocol version is not an integer or out of range\r\n-ERR Syntax error in HELLO option 'FOO'\r\n"
@@ -181,15 +287,32 @@ async fn resp3_after_hello_3() {
 async fn select_travels_with_the_client() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
-    let out = raw(&proxy.addr.to_string(), b"SELECT 5\r\nSET k five\r\nSELECT 0\r\nSET k zero\r\nSELECT 16\r\nSELECT x\r\n", 6).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"SELECT 5\r\nSET k five\r\nSELECT 0\r\nSET k zero\r\nSELECT 16\r\nSELECT x\r\n",
+        6,
+    )
+    .await;
     assert_eq!(
         String::from_utf8_lossy(&out),
         "+OK\r\n+OK\r\n+OK\r\n+OK\r\n-ERR DB index is out of range\r\n-ERR value is not an integer or out of range\r\n"
     );
-    let direct = raw(&redis.addr(), b"SELECT 5\r\nGET k\r\nSELECT 0\r\nGET k\r\n", 4).await;
-    assert_eq!(String::from_utf8_lossy(&direct), "+OK\r\n$4\r\nfive\r\n+OK\r\n$4\r\nzero\r\n");
+    let direct = raw(
+        &redis.addr(),
+        b"SELECT 5\r\nGET k\r\nSELECT 0\r\nGET k\r\n",
+        4,
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&direct),
+        "+OK\r\n$4\r\nfive\r\n+OK\r\n$4\r\nzero\r\n"
+    );
     // redis-rs with a db in the URL.
-    let mut c = redis::Client::open(format!("{}/5", proxy.url())).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut c = redis::Client::open(format!("{}/5", proxy.url()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let v: String = c.get("k").await.unwrap();
     assert_eq!(v, "five");
     proxy.stop().await;
@@ -213,7 +336,10 @@ async fn handshake_commands_answered_locally() {
     assert!(String::from_utf8_lossy(&info).contains(" resp=2"));
     let info = raw(&proxy.addr.to_string(), b"INFO\r\n", 1).await;
     let text = String::from_utf8_lossy(&info);
-    assert!(text.contains("# Proxy\r\n") && text.contains("redis_version:"), "{text}");
+    assert!(
+        text.contains("# Proxy\r\n") && text.contains("redis_version:"),
+        "{text}"
+    );
     proxy.stop().await;
 }
 
@@ -221,7 +347,12 @@ async fn handshake_commands_answered_locally() {
 async fn requirepass_gates_commands() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &["--requirepass", "s3cret"]).await;
-    let out = raw(&proxy.addr.to_string(), b"GET k\r\nAUTH nope\r\nAUTH s3cret\r\nGET k\r\n", 4).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"GET k\r\nAUTH nope\r\nAUTH s3cret\r\nGET k\r\n",
+        4,
+    )
+    .await;
     assert_eq!(
         String::from_utf8_lossy(&out),
         "-NOAUTH Authentication required.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n$-1\r\n"
@@ -233,9 +364,18 @@ async fn requirepass_gates_commands() {
 async fn unsupported_commands_are_refused_clearly() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
-    let out = raw(&proxy.addr.to_string(), b"MULTI\r\nBLPOP l 1\r\nSUBSCRIBE c\r\nXREAD BLOCK 10 STREAMS x 0\r\nPING\r\n", 5).await;
+    let out = raw(
+        &proxy.addr.to_string(),
+        b"MULTI\r\nBLPOP l 1\r\nSUBSCRIBE c\r\nXREAD BLOCK 10 STREAMS x 0\r\nPING\r\n",
+        5,
+    )
+    .await;
     let text = String::from_utf8_lossy(&out);
-    assert_eq!(text.matches("not supported by sidecache").count(), 4, "{text}");
+    assert_eq!(
+        text.matches("not supported by sidecache").count(),
+        4,
+        "{text}"
+    );
     assert!(text.ends_with("+PONG\r\n"));
     proxy.stop().await;
 }
@@ -250,16 +390,36 @@ async fn unix_socket_serves_and_is_replaced_when_stale() {
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists());
     let p = path.to_str().unwrap().to_owned();
-    let proxy = Proxy::start(&redis.url(), &["--unix-socket", &p, "--unix-socket-mode", "0600"]).await;
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    let proxy = Proxy::start(
+        &redis.url(),
+        &["--unix-socket", &p, "--unix-socket-mode", "0600"],
+    )
+    .await;
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
-    let mut c = redis::Client::open(format!("unix://{p}")).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut c = redis::Client::open(format!("unix://{p}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let _: () = c.set("u", "via-unix").await.unwrap();
     let v: String = c.get("u").await.unwrap();
     assert_eq!(v, "via-unix");
     // A second proxy on the same live socket is refused.
-    let args = ["sidecache", "--listen", "127.0.0.1:0", "--upstream", "redis://127.0.0.1:1", "--unix-socket", &p];
-    let cfg = sidecache::Config::from_options(<sidecache::Options as clap::Parser>::try_parse_from(args).unwrap()).unwrap();
+    let args = [
+        "sidecache",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "redis://127.0.0.1:1",
+        "--unix-socket",
+        &p,
+    ];
+    let cfg = sidecache::Config::from_options(
+        <sidecache::Options as clap::Parser>::try_parse_from(args).unwrap(),
+    )
+    .unwrap();
     assert!(sidecache::Listeners::bind(&cfg).await.is_err());
     proxy.stop().await;
     assert!(!path.exists(), "socket removed on shutdown");
@@ -281,7 +441,9 @@ async fn graceful_shutdown_finishes_in_flight_work() {
     proxy.stop().await;
     // The pipeline either completed in full or the connection closed
     // between batches; nothing hangs, and new connections are refused.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), pending).await.expect("no hang");
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), pending)
+        .await
+        .expect("no hang");
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
@@ -300,16 +462,30 @@ async fn maxclients_refuses_with_redis_error() {
 
 #[test]
 fn unreachable_upstream_fails_fast_with_one_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache"))
-        .args(["--listen", "127.0.0.1:0", "--upstream", &format!("redis://127.0.0.1:{port}"), "--log-level", "error"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("redis://127.0.0.1:{port}"),
+            "--log-level",
+            "error",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unreachable"), "{err}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache")).args(["--bogus"]).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache"))
+        .args(["--bogus"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecache"))
         .args(["--upstream", "redis://h", "--listen", "nope"])

@@ -60,16 +60,36 @@ impl RedisServer {
             let port = free_port(cluster);
             let dir = temp_dir("redis");
             let mut cmd = Command::new("redis-server");
-            cmd.arg("--port").arg(port.to_string())
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
-                .arg("--dir").arg(&dir)
+            cmd.arg("--port")
+                .arg(port.to_string())
+                .args([
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(&dir)
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             if cluster {
-                cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]);
+                cmd.args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ]);
             }
-            let child = cmd.spawn().expect("redis-server must be installed (see .ci/run)");
+            let child = cmd
+                .spawn()
+                .expect("redis-server must be installed (see .ci/run)");
             let mut s = RedisServer { child, port, dir };
             if s.wait_ready() {
                 return s;
@@ -134,7 +154,9 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_inner(&[], true)).collect();
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_inner(&[], true))
+            .collect();
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
         for n in &nodes {
@@ -144,7 +166,11 @@ impl Cluster {
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
             .expect("redis-cli must be installed (see .ci/run)");
-        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let c = Cluster { nodes };
         c.wait_ok();
         c
@@ -154,7 +180,10 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         'outer: while Instant::now() < deadline {
             for n in &self.nodes {
-                let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "info"]).output().expect("redis-cli");
+                let out = Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("redis-cli");
                 if !String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
                     std::thread::sleep(Duration::from_millis(100));
                     continue 'outer;
@@ -165,8 +194,14 @@ impl Cluster {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "cluster", "slots"]).output().expect("redis-cli");
-                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+                    let out = Command::new("redis-cli")
+                        .args(["-p", &n.port.to_string(), "cluster", "slots"])
+                        .output()
+                        .expect("redis-cli");
+                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(str::to_owned)
+                        .collect();
                     lines.sort();
                     lines.join(",")
                 })
@@ -186,7 +221,10 @@ impl Cluster {
     /// The node (index) serving `key` (the one that does not answer MOVED).
     pub fn node_for(&self, key: &str) -> usize {
         for (i, n) in self.nodes.iter().enumerate() {
-            let out = Command::new("redis-cli").args(["-p", &n.port.to_string(), "exists", key]).output().expect("redis-cli");
+            let out = Command::new("redis-cli")
+                .args(["-p", &n.port.to_string(), "exists", key])
+                .output()
+                .expect("redis-cli");
             if !String::from_utf8_lossy(&out.stdout).contains("MOVED") {
                 return i;
             }
@@ -208,19 +246,33 @@ impl Proxy {
     /// Starts the proxy with `--listen 127.0.0.1:0 --upstream URL` plus `extra` flags.
     pub async fn start(upstream: &str, extra: &[&str]) -> Proxy {
         let dir = temp_dir("proxy");
-        let mut args: Vec<String> = vec!["sidecache".into(), "--listen".into(), "127.0.0.1:0".into(), "--upstream".into(), upstream.into()];
+        let mut args: Vec<String> = vec![
+            "sidecache".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--upstream".into(),
+            upstream.into(),
+        ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let options = sidecache::Options::try_parse_from(&args).expect("valid flags");
         let config = sidecache::Config::from_options(options).expect("valid config");
         let unix = config.unix_socket.as_ref().map(|u| u.0.clone());
         let listeners = sidecache::Listeners::bind(&config).await.expect("bind");
         let addr = listeners.local_addr().expect("addr");
-        let shared = sidecache::prepare(config).await.expect("upstream reachable");
+        let shared = sidecache::prepare(config)
+            .await
+            .expect("upstream reachable");
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(sidecache::run(listeners, shared, async move {
             let _ = rx.await;
         }));
-        Proxy { addr, unix, stop: Some(stop), task: Some(task), dir }
+        Proxy {
+            addr,
+            unix,
+            stop: Some(stop),
+            task: Some(task),
+            dir,
+        }
     }
 
     pub fn dir(&self) -> &PathBuf {
@@ -236,7 +288,10 @@ impl Proxy {
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        self.client().get_multiplexed_async_connection().await.expect("connect to proxy")
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to proxy")
     }
 
     /// Graceful shutdown; waits for the drain.
@@ -245,7 +300,10 @@ impl Proxy {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(30), t).await.expect("shutdown in time").expect("no panic");
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .expect("shutdown in time")
+                .expect("no panic");
         }
     }
 }
@@ -284,8 +342,15 @@ pub async fn raw_on(s: &mut TcpStream, input: &[u8], replies: usize) -> Vec<u8> 
         if got == replies {
             break;
         }
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut buf)).await.expect("reply in time").expect("read");
-        assert!(n > 0, "connection closed after {got} replies: {:?}", String::from_utf8_lossy(&buf));
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut buf))
+            .await
+            .expect("reply in time")
+            .expect("read");
+        assert!(
+            n > 0,
+            "connection closed after {got} replies: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
     }
     buf.to_vec()
 }
@@ -293,6 +358,9 @@ pub async fn raw_on(s: &mut TcpStream, input: &[u8], replies: usize) -> Vec<u8> 
 /// Reads until the peer closes; returns everything read.
 pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.expect("closed in time").expect("read");
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("closed in time")
+        .expect("read");
     out
 }

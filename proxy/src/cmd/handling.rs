@@ -58,16 +58,23 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "scan") => Handling::Scan,
         (None, "info") => Handling::Info,
         (None, "xread" | "xreadgroup") => Handling::MaybeBlocking,
-        (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => Handling::Unsupported(TRANSACTIONS),
-        (None, "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe" | "monitor") => {
-            Handling::Unsupported(PUBSUB)
+        (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => {
+            Handling::Unsupported(TRANSACTIONS)
         }
+        (
+            None,
+            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+            | "sunsubscribe" | "monitor",
+        ) => Handling::Unsupported(PUBSUB),
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
         (None, "wait" | "waitaof") => Handling::Unsupported(BLOCKING),
-        (Some("script"), "script|load" | "script|flush" | "script|exists") => Handling::FanOut(Merge::First),
-        (Some("function"), "function|load" | "function|delete" | "function|flush" | "function|restore") => {
+        (Some("script"), "script|load" | "script|flush" | "script|exists") => {
             Handling::FanOut(Merge::First)
         }
+        (
+            Some("function"),
+            "function|load" | "function|delete" | "function|flush" | "function|restore",
+        ) => Handling::FanOut(Merge::First),
         _ if flags.blocking => Handling::Unsupported(BLOCKING),
         _ => Handling::Forward,
     }
@@ -82,10 +89,25 @@ mod tests {
         let f = Flags::default();
         assert_eq!(for_command("mget", None, f), Handling::Split(Merge::Values));
         assert_eq!(for_command("get", None, f), Handling::Forward);
-        assert_eq!(for_command("script|load", Some("script"), f), Handling::FanOut(Merge::First));
-        let blocking = Flags { blocking: true, ..Flags::default() };
-        assert!(matches!(for_command("blpop", None, blocking), Handling::Unsupported(_)));
-        assert_eq!(for_command("xread", None, blocking), Handling::MaybeBlocking);
-        assert!(matches!(for_command("multi", None, f), Handling::Unsupported(_)));
+        assert_eq!(
+            for_command("script|load", Some("script"), f),
+            Handling::FanOut(Merge::First)
+        );
+        let blocking = Flags {
+            blocking: true,
+            ..Flags::default()
+        };
+        assert!(matches!(
+            for_command("blpop", None, blocking),
+            Handling::Unsupported(_)
+        ));
+        assert_eq!(
+            for_command("xread", None, blocking),
+            Handling::MaybeBlocking
+        );
+        assert!(matches!(
+            for_command("multi", None, f),
+            Handling::Unsupported(_)
+        ));
     }
 }

@@ -52,12 +52,18 @@ impl Local {
     /// Whether the command changes state that later commands' routing
     /// depends on (pending upstream work is flushed before it runs).
     pub fn changes_session(self) -> bool {
-        matches!(self, Local::Select | Local::Hello | Local::Auth | Local::Reset)
+        matches!(
+            self,
+            Local::Select | Local::Hello | Local::Auth | Local::Reset
+        )
     }
 
     /// Whether the command may run before the client authenticated.
     pub fn allowed_unauthenticated(self) -> bool {
-        matches!(self, Local::Auth | Local::Hello | Local::Quit | Local::Reset)
+        matches!(
+            self,
+            Local::Auth | Local::Hello | Local::Quit | Local::Reset
+        )
     }
 }
 
@@ -87,15 +93,26 @@ pub enum Outcome {
 
 /// `-ERR wrong number of arguments for '<name>' command`.
 pub fn arity_error(r: &mut Reply<'_>, name: &str) {
-    r.error(&format!("ERR wrong number of arguments for '{name}' command"));
+    r.error(&format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ));
 }
 
 const NOPASS: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
 /// Runs a local command, writing its reply to `out`.
-pub fn run(cmd: Local, args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesMut) -> Outcome {
-    let mut r = Reply { out, proto: st.proto };
+pub fn run(
+    cmd: Local,
+    args: &[Bytes],
+    st: &mut ClientState,
+    shared: &Shared,
+    out: &mut BytesMut,
+) -> Outcome {
+    let mut r = Reply {
+        out,
+        proto: st.proto,
+    };
     match cmd {
         Local::Ping => match args.len() {
             1 => r.status("PONG"),
@@ -122,7 +139,11 @@ pub fn run(cmd: Local, args: &[Bytes], st: &mut ClientState, shared: &Shared, ou
             st.entry.db = 0;
             st.entry.resp = 2;
             publish(st, shared);
-            Reply { out, proto: st.proto }.status("RESET");
+            Reply {
+                out,
+                proto: st.proto,
+            }
+            .status("RESET");
         }
         Local::ClusterDisabled => r.error("ERR This instance has cluster support disabled"),
     }
@@ -183,7 +204,10 @@ fn auth(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'_>
 }
 
 fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesMut) {
-    let mut r = Reply { out, proto: st.proto };
+    let mut r = Reply {
+        out,
+        proto: st.proto,
+    };
     let mut proto = st.proto;
     let mut i = 1;
     if args.len() >= 2 {
@@ -206,7 +230,10 @@ fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesM
             name = Some(args[i + 1].clone());
             i += 2;
         } else {
-            return r.error(&format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[i])));
+            return r.error(&format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&args[i])
+            ));
         }
     }
     if let Some((u, p)) = &creds {
@@ -220,7 +247,8 @@ fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesM
     }
     if let Some(n) = &name {
         if !valid_name(n) {
-            return r.error("ERR Client names cannot contain spaces, newlines or special characters.");
+            return r
+                .error("ERR Client names cannot contain spaces, newlines or special characters.");
         }
         st.entry.name = String::from_utf8_lossy(n).into_owned();
     }
@@ -255,7 +283,8 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
     }
     let sub = args[1].to_ascii_lowercase();
     let argc = args.len();
-    let wrong = |r: &mut Reply<'_>| arity_error(r, &format!("client|{}", String::from_utf8_lossy(&sub)));
+    let wrong =
+        |r: &mut Reply<'_>| arity_error(r, &format!("client|{}", String::from_utf8_lossy(&sub)));
     match &sub[..] {
         b"id" if argc == 2 => r.int(st.id as i64),
         b"getname" if argc == 2 => {
@@ -267,7 +296,9 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
         }
         b"setname" if argc == 3 => {
             if !valid_name(&args[2]) {
-                return r.error("ERR Client names cannot contain spaces, newlines or special characters.");
+                return r.error(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
             }
             st.entry.name = String::from_utf8_lossy(&args[2]).into_owned();
             publish(st, shared);
@@ -278,7 +309,12 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             let field = match &attr[..] {
                 b"lib-name" => &mut st.entry.lib_name,
                 b"lib-ver" => &mut st.entry.lib_ver,
-                _ => return r.error(&format!("ERR Unrecognized option '{}'", String::from_utf8_lossy(&args[2]))),
+                _ => {
+                    return r.error(&format!(
+                        "ERR Unrecognized option '{}'",
+                        String::from_utf8_lossy(&args[2])
+                    ))
+                }
             };
             if !valid_name(&args[3]) && !args[3].is_empty() {
                 return r.error(&format!(
@@ -292,7 +328,8 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
         }
         b"info" if argc == 2 => r.verbatim(st.entry.line(st.id).as_bytes()),
         b"list" => {
-            let text = shared.with_clients(|c| c.iter().map(|(id, e)| e.line(*id)).collect::<String>());
+            let text =
+                shared.with_clients(|c| c.iter().map(|(id, e)| e.line(*id)).collect::<String>());
             r.verbatim(text.as_bytes());
         }
         b"no-evict" | b"no-touch" if argc == 3 => {
@@ -306,16 +343,24 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
         b"help" => {
             let lines: [&str; 8] = [
                 "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "ID", "GETNAME", "SETNAME <name>", "SETINFO <LIB-NAME|LIB-VER> <value>", "INFO", "LIST", "(answered by sidecache)",
+                "ID",
+                "GETNAME",
+                "SETNAME <name>",
+                "SETINFO <LIB-NAME|LIB-VER> <value>",
+                "INFO",
+                "LIST",
+                "(answered by sidecache)",
             ];
             r.array(lines.len());
             for l in lines {
                 r.status(l);
             }
         }
-        b"id" | b"getname" | b"setname" | b"setinfo" | b"info" | b"no-evict" | b"no-touch" => wrong(r),
-        b"kill" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir" | b"trackinginfo" | b"unblock"
-        | b"reply" => r.error(&format!(
+        b"id" | b"getname" | b"setname" | b"setinfo" | b"info" | b"no-evict" | b"no-touch" => {
+            wrong(r)
+        }
+        b"kill" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir"
+        | b"trackinginfo" | b"unblock" | b"reply" => r.error(&format!(
             "ERR CLIENT {} is not supported by sidecache",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
         )),

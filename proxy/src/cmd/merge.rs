@@ -19,7 +19,12 @@ fn is_nil(f: &[u8]) -> bool {
 }
 
 /// Writes the merged reply to `out`.
-pub fn merge(kind: super::handling::Merge, parts: Vec<PartReply<'_>>, nkeys: usize, out: &mut BytesMut) {
+pub fn merge(
+    kind: super::handling::Merge,
+    parts: Vec<PartReply<'_>>,
+    nkeys: usize,
+    out: &mut BytesMut,
+) {
     use super::handling::Merge;
     // Any error answers the whole command, as it would on one server.
     if let Some(e) = parts.iter().find(|p| resp::error_text(&p.frame).is_some()) {
@@ -97,7 +102,10 @@ mod tests {
     use super::*;
 
     fn part<'a>(f: &'static [u8], pos: &'a [u32]) -> PartReply<'a> {
-        PartReply { frame: Bytes::from_static(f), positions: pos }
+        PartReply {
+            frame: Bytes::from_static(f),
+            positions: pos,
+        }
     }
 
     #[test]
@@ -105,7 +113,10 @@ mod tests {
         let mut out = BytesMut::new();
         merge(
             Merge::Values,
-            vec![part(b"*2\r\n$1\r\na\r\n$-1\r\n", &[0, 2]), part(b"*1\r\n$1\r\nb\r\n", &[1])],
+            vec![
+                part(b"*2\r\n$1\r\na\r\n$-1\r\n", &[0, 2]),
+                part(b"*1\r\n$1\r\nb\r\n", &[1]),
+            ],
             3,
             &mut out,
         );
@@ -115,16 +126,40 @@ mod tests {
     #[test]
     fn sums_and_errors() {
         let mut out = BytesMut::new();
-        merge(Merge::Sum, vec![part(b":2\r\n", &[]), part(b":3\r\n", &[])], 0, &mut out);
+        merge(
+            Merge::Sum,
+            vec![part(b":2\r\n", &[]), part(b":3\r\n", &[])],
+            0,
+            &mut out,
+        );
         assert_eq!(&out[..], b":5\r\n");
         let mut out = BytesMut::new();
-        merge(Merge::AllOk, vec![part(b"+OK\r\n", &[]), part(b"-ERR x\r\n", &[])], 0, &mut out);
+        merge(
+            Merge::AllOk,
+            vec![part(b"+OK\r\n", &[]), part(b"-ERR x\r\n", &[])],
+            0,
+            &mut out,
+        );
         assert_eq!(&out[..], b"-ERR x\r\n");
         let mut out = BytesMut::new();
-        merge(Merge::FirstNonNil, vec![part(b"$-1\r\n", &[]), part(b"$1\r\nk\r\n", &[])], 0, &mut out);
+        merge(
+            Merge::FirstNonNil,
+            vec![part(b"$-1\r\n", &[]), part(b"$1\r\nk\r\n", &[])],
+            0,
+            &mut out,
+        );
         assert_eq!(&out[..], b"$1\r\nk\r\n");
         let mut out = BytesMut::new();
-        merge(Merge::Concat, vec![part(b"*1\r\n$1\r\na\r\n", &[]), part(b"*0\r\n", &[]), part(b"*1\r\n$1\r\nb\r\n", &[])], 0, &mut out);
+        merge(
+            Merge::Concat,
+            vec![
+                part(b"*1\r\n$1\r\na\r\n", &[]),
+                part(b"*0\r\n", &[]),
+                part(b"*1\r\n$1\r\nb\r\n", &[]),
+            ],
+            0,
+            &mut out,
+        );
         assert_eq!(&out[..], b"*2\r\n$1\r\na\r\n$1\r\nb\r\n");
     }
 }

@@ -135,7 +135,11 @@ impl CommandInfo {
             let first = match &spec.begin {
                 BeginSearch::Index(i) => *i as i64,
                 BeginSearch::Keyword { keyword, startfrom } => {
-                    let (start, end) = if *startfrom > 0 { (*startfrom, argc - 1) } else { (argc + startfrom, 0) };
+                    let (start, end) = if *startfrom > 0 {
+                        (*startfrom, argc - 1)
+                    } else {
+                        (argc + startfrom, 0)
+                    };
                     let mut i = start;
                     let mut found = 0;
                     while i != end {
@@ -156,7 +160,11 @@ impl CommandInfo {
                 BeginSearch::Unknown => return self.fallback(args.len(), out),
             };
             let (first, last, step) = match &spec.find {
-                FindKeys::Range { lastkey, keystep, limit } => {
+                FindKeys::Range {
+                    lastkey,
+                    keystep,
+                    limit,
+                } => {
                     let last = if *lastkey >= 0 {
                         first + lastkey
                     } else if *limit == 0 {
@@ -166,12 +174,17 @@ impl CommandInfo {
                     };
                     (first, last, *keystep)
                 }
-                FindKeys::Keynum { keynumidx, firstkey, keystep } => {
+                FindKeys::Keynum {
+                    keynumidx,
+                    firstkey,
+                    keystep,
+                } => {
                     let idx = first + keynumidx;
                     if idx >= argc {
                         return Err(KeysError::Invalid);
                     }
-                    let n = crate::resp::request::parse_i64(&args[idx as usize]).ok_or(KeysError::Invalid)?;
+                    let n = crate::resp::request::parse_i64(&args[idx as usize])
+                        .ok_or(KeysError::Invalid)?;
                     if n < 0 {
                         return Err(KeysError::Invalid);
                     }
@@ -208,10 +221,18 @@ impl CommandInfo {
 
     fn legacy_keys(&self, argc: usize, out: &mut Vec<usize>) -> Result<(), KeysError> {
         if self.first <= 0 {
-            return if self.flags.movablekeys { Err(KeysError::Unknown) } else { Ok(()) };
+            return if self.flags.movablekeys {
+                Err(KeysError::Unknown)
+            } else {
+                Ok(())
+            };
         }
         let argc = argc as i64;
-        let last = if self.last < 0 { argc + self.last } else { self.last };
+        let last = if self.last < 0 {
+            argc + self.last
+        } else {
+            self.last
+        };
         let step = self.step.max(1);
         let mut i = self.first;
         while i <= last && i < argc {
@@ -309,13 +330,20 @@ fn parse_spec(v: Value) -> KeySpec {
     let mut m = kv(v);
     let begin = m.remove("begin_search").map(kv).unwrap_or_default();
     let find = m.remove("find_keys").map(kv).unwrap_or_default();
-    let ty = |m: &HashMap<String, Value>| m.get("type").and_then(|t| t.as_bytes().cloned()).unwrap_or_default();
+    let ty = |m: &HashMap<String, Value>| {
+        m.get("type")
+            .and_then(|t| t.as_bytes().cloned())
+            .unwrap_or_default()
+    };
     let bspec = begin.get("spec").cloned().map(kv).unwrap_or_default();
     let fspec = find.get("spec").cloned().map(kv).unwrap_or_default();
     let begin = match &ty(&begin)[..] {
         b"index" => BeginSearch::Index(int(&bspec, "index").max(0) as usize),
         b"keyword" => BeginSearch::Keyword {
-            keyword: bspec.get("keyword").and_then(|k| k.as_bytes().map(|b| b.to_ascii_uppercase())).unwrap_or_default(),
+            keyword: bspec
+                .get("keyword")
+                .and_then(|k| k.as_bytes().map(|b| b.to_ascii_uppercase()))
+                .unwrap_or_default(),
             startfrom: int(&bspec, "startfrom"),
         },
         _ => BeginSearch::Unknown,
@@ -356,16 +384,38 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
     let step = items.next().and_then(|v| v.as_int()).unwrap_or(0);
     let _acl = items.next();
     let _tips = items.next();
-    let specs = items.next().and_then(Value::into_items).unwrap_or_default().into_iter().map(parse_spec).collect();
+    let specs = items
+        .next()
+        .and_then(Value::into_items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(parse_spec)
+        .collect();
     let mut subcommands = HashMap::new();
     for sub in items.next().and_then(Value::into_items).unwrap_or_default() {
         if let Some(s) = parse_entry(sub, Some(&name)) {
-            let short = s.name.rsplit('|').next().unwrap_or(&s.name).as_bytes().to_vec();
+            let short = s
+                .name
+                .rsplit('|')
+                .next()
+                .unwrap_or(&s.name)
+                .as_bytes()
+                .to_vec();
             subcommands.insert(short, Arc::new(s));
         }
     }
     let handling = handling::for_command(&name, container, flags);
-    Some(CommandInfo { name, arity, flags, first, last, step, specs, subcommands, handling })
+    Some(CommandInfo {
+        name,
+        arity,
+        flags,
+        first,
+        last,
+        step,
+        specs,
+        subcommands,
+        handling,
+    })
 }
 
 #[cfg(test)]

@@ -31,7 +31,8 @@ impl Reply<'_> {
     pub fn error(&mut self, text: &str) {
         self.out.put_u8(b'-');
         for b in text.bytes() {
-            self.out.put_u8(if b == b'\r' || b == b'\n' { b' ' } else { b });
+            self.out
+                .put_u8(if b == b'\r' || b == b'\n' { b' ' } else { b });
         }
         self.out.put_slice(b"\r\n");
     }
@@ -89,16 +90,25 @@ mod tests {
     #[test]
     fn exact_bytes() {
         let mut b = BytesMut::new();
-        let mut r = Reply { out: &mut b, proto: Proto::Resp2 };
+        let mut r = Reply {
+            out: &mut b,
+            proto: Proto::Resp2,
+        };
         r.ok();
         r.error("ERR a\r\nb");
         r.int(-3);
         r.bulk(b"");
         r.nil();
         r.map(1);
-        assert_eq!(&b[..], b"+OK\r\n-ERR a  b\r\n:-3\r\n$0\r\n\r\n$-1\r\n*2\r\n");
+        assert_eq!(
+            &b[..],
+            b"+OK\r\n-ERR a  b\r\n:-3\r\n$0\r\n\r\n$-1\r\n*2\r\n"
+        );
         let mut b = BytesMut::new();
-        let mut r = Reply { out: &mut b, proto: Proto::Resp3 };
+        let mut r = Reply {
+            out: &mut b,
+            proto: Proto::Resp3,
+        };
         r.nil();
         r.map(2);
         r.verbatim(b"x");

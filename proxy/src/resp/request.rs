@@ -87,7 +87,14 @@ pub struct Parser {
 impl Parser {
     /// A parser with the given limits.
     pub fn new(limits: Limits) -> Parser {
-        Parser { limits, unauthenticated: false, pos: 0, remaining: 0, ranges: Vec::new(), bulk: None }
+        Parser {
+            limits,
+            unauthenticated: false,
+            pos: 0,
+            remaining: 0,
+            ranges: Vec::new(),
+            bulk: None,
+        }
     }
 
     /// Bytes the parser still needs for the request in progress, if known;
@@ -102,12 +109,20 @@ impl Parser {
     ///
     /// # Errors
     /// [`ProtocolError`]: reply `-ERR <error>` and close the connection.
-    pub fn parse(&mut self, buf: &mut BytesMut, out: &mut Request) -> Result<Option<()>, ProtocolError> {
+    pub fn parse(
+        &mut self,
+        buf: &mut BytesMut,
+        out: &mut Request,
+    ) -> Result<Option<()>, ProtocolError> {
         loop {
             if buf.is_empty() {
                 return Ok(None);
             }
-            let r = if self.remaining > 0 || buf[0] == b'*' { self.multibulk(buf, out)? } else { inline(buf, out)? };
+            let r = if self.remaining > 0 || buf[0] == b'*' {
+                self.multibulk(buf, out)?
+            } else {
+                inline(buf, out)?
+            };
             match r {
                 Step::Done => return Ok(Some(())),
                 Step::Empty => continue,
@@ -156,7 +171,8 @@ impl Parser {
                     if buf[self.pos] != b'$' {
                         return Err(ProtocolError::ExpectedDollar(buf[self.pos]));
                     }
-                    let n = parse_i64(&buf[self.pos + 1..nl]).ok_or(ProtocolError::InvalidBulkLength)?;
+                    let n = parse_i64(&buf[self.pos + 1..nl])
+                        .ok_or(ProtocolError::InvalidBulkLength)?;
                     if n < 0 || n as u64 > self.limits.max_bulk {
                         return Err(ProtocolError::InvalidBulkLength);
                     }
@@ -221,7 +237,8 @@ fn inline(buf: &mut BytesMut, out: &mut Request) -> Result<Step, ProtocolError> 
     out.args.clear();
     // Re-slice the arguments out of the encoded form (zero-copy from here on).
     let mut pos = 0;
-    let header_end = |b: &[u8], from: usize| from + memchr::memchr(b'\n', &b[from..]).unwrap_or(0) + 1;
+    let header_end =
+        |b: &[u8], from: usize| from + memchr::memchr(b'\n', &b[from..]).unwrap_or(0) + 1;
     pos = header_end(&raw, pos);
     for a in &args {
         pos = header_end(&raw, pos);
@@ -254,7 +271,12 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                 if i >= n {
                     return None;
                 }
-                if line[i] == b'\\' && i + 3 < n && line[i + 1] == b'x' && line[i + 2].is_ascii_hexdigit() && line[i + 3].is_ascii_hexdigit() {
+                if line[i] == b'\\'
+                    && i + 3 < n
+                    && line[i + 1] == b'x'
+                    && line[i + 2].is_ascii_hexdigit()
+                    && line[i + 3].is_ascii_hexdigit()
+                {
                     let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
                     cur.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
                     i += 3;
@@ -322,7 +344,11 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
     if s == b"0" {
         return Some(0);
     }
-    let (neg, d) = if s[0] == b'-' { (true, &s[1..]) } else { (false, s) };
+    let (neg, d) = if s[0] == b'-' {
+        (true, &s[1..])
+    } else {
+        (false, s)
+    };
     if d.is_empty() || d[0] == b'0' {
         return None;
     }
@@ -332,7 +358,11 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
             return None;
         }
         let digit = i64::from(c - b'0');
-        v = if neg { v.checked_mul(10)?.checked_sub(digit)? } else { v.checked_mul(10)?.checked_add(digit)? };
+        v = if neg {
+            v.checked_mul(10)?.checked_sub(digit)?
+        } else {
+            v.checked_mul(10)?.checked_add(digit)?
+        };
     }
     Some(v)
 }

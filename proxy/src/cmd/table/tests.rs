@@ -1,7 +1,9 @@
 use super::*;
 
 fn args(s: &str) -> Vec<Bytes> {
-    s.split(' ').map(|a| Bytes::copy_from_slice(a.as_bytes())).collect()
+    s.split(' ')
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect()
 }
 
 fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> CommandInfo {
@@ -24,7 +26,14 @@ fn keys(c: &CommandInfo, a: &str) -> Result<Vec<usize>, KeysError> {
 }
 
 fn range(begin: usize, lastkey: i64, keystep: i64, limit: i64) -> KeySpec {
-    KeySpec { begin: BeginSearch::Index(begin), find: FindKeys::Range { lastkey, keystep, limit } }
+    KeySpec {
+        begin: BeginSearch::Index(begin),
+        find: FindKeys::Range {
+            lastkey,
+            keystep,
+            limit,
+        },
+    }
 }
 
 #[test]
@@ -41,27 +50,78 @@ fn single_and_range_keys() {
 #[test]
 fn keynum_and_keyword() {
     // EVAL script numkeys key... arg...
-    let eval = info(-3, 0, 0, 0, vec![KeySpec {
-        begin: BeginSearch::Index(2),
-        find: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 },
-    }]);
+    let eval = info(
+        -3,
+        0,
+        0,
+        0,
+        vec![KeySpec {
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: 1,
+            },
+        }],
+    );
     assert_eq!(keys(&eval, "EVAL s 2 a b x"), Ok(vec![3, 4]));
     assert_eq!(keys(&eval, "EVAL s 0"), Ok(vec![]));
     assert_eq!(keys(&eval, "EVAL s x"), Err(KeysError::Invalid));
     // XREAD ... STREAMS k1 k2 id1 id2
-    let xread = info(-4, 0, 0, 0, vec![KeySpec {
-        begin: BeginSearch::Keyword { keyword: b"STREAMS".to_vec(), startfrom: 1 },
-        find: FindKeys::Range { lastkey: -1, keystep: 1, limit: 2 },
-    }]);
-    assert_eq!(keys(&xread, "XREAD COUNT 2 streams a b 0 0"), Ok(vec![4, 5]));
+    let xread = info(
+        -4,
+        0,
+        0,
+        0,
+        vec![KeySpec {
+            begin: BeginSearch::Keyword {
+                keyword: b"STREAMS".to_vec(),
+                startfrom: 1,
+            },
+            find: FindKeys::Range {
+                lastkey: -1,
+                keystep: 1,
+                limit: 2,
+            },
+        }],
+    );
+    assert_eq!(
+        keys(&xread, "XREAD COUNT 2 streams a b 0 0"),
+        Ok(vec![4, 5])
+    );
     // ZUNIONSTORE dest numkeys k1 k2: two specs.
-    let zu = info(-4, 0, 0, 0, vec![range(1, 0, 1, 0), KeySpec {
-        begin: BeginSearch::Index(2),
-        find: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 },
-    }]);
-    assert_eq!(keys(&zu, "ZUNIONSTORE d 2 a b WEIGHTS 1 2"), Ok(vec![1, 3, 4]));
+    let zu = info(
+        -4,
+        0,
+        0,
+        0,
+        vec![
+            range(1, 0, 1, 0),
+            KeySpec {
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Keynum {
+                    keynumidx: 0,
+                    firstkey: 1,
+                    keystep: 1,
+                },
+            },
+        ],
+    );
+    assert_eq!(
+        keys(&zu, "ZUNIONSTORE d 2 a b WEIGHTS 1 2"),
+        Ok(vec![1, 3, 4])
+    );
     // SORT-like unknown spec with movable keys cannot be expressed.
-    let mut sort = info(-2, 1, 1, 1, vec![KeySpec { begin: BeginSearch::Unknown, find: FindKeys::Unknown }]);
+    let mut sort = info(
+        -2,
+        1,
+        1,
+        1,
+        vec![KeySpec {
+            begin: BeginSearch::Unknown,
+            find: FindKeys::Unknown,
+        }],
+    );
     sort.flags.movablekeys = true;
     assert_eq!(keys(&sort, "SORT k STORE d"), Err(KeysError::Unknown));
 }

@@ -1,7 +1,10 @@
 use super::*;
 
 fn limits() -> Limits {
-    Limits { max_bulk: 512 * 1024 * 1024, max_multibulk: 1024 * 1024 }
+    Limits {
+        max_bulk: 512 * 1024 * 1024,
+        max_multibulk: 1024 * 1024,
+    }
 }
 
 fn parse_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
@@ -17,8 +20,16 @@ fn parse_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
 
 #[test]
 fn multibulk_and_inline() {
-    let r = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n*0\r\n\r\nset a \"b c\"\n").expect("valid");
-    assert_eq!(r, vec![vec![b"GET".to_vec(), b"k".to_vec()], vec![b"PING".to_vec()], vec![b"set".to_vec(), b"a".to_vec(), b"b c".to_vec()]]);
+    let r = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n*0\r\n\r\nset a \"b c\"\n")
+        .expect("valid");
+    assert_eq!(
+        r,
+        vec![
+            vec![b"GET".to_vec(), b"k".to_vec()],
+            vec![b"PING".to_vec()],
+            vec![b"set".to_vec(), b"a".to_vec(), b"b c".to_vec()]
+        ]
+    );
 }
 
 #[test]
@@ -38,7 +49,11 @@ fn every_split_point() {
         let mut p = Parser::new(limits());
         let mut buf = BytesMut::from(&input[..cut]);
         let mut req = Request::default();
-        assert_eq!(p.parse(&mut buf, &mut req).expect("valid"), None, "cut {cut}");
+        assert_eq!(
+            p.parse(&mut buf, &mut req).expect("valid"),
+            None,
+            "cut {cut}"
+        );
         buf.extend_from_slice(&input[cut..]);
         assert!(p.parse(&mut buf, &mut req).expect("valid").is_some());
         assert_eq!(&req.args[2][..], b"hello");
@@ -57,16 +72,40 @@ fn binary_and_empty_values() {
 #[test]
 fn redis_error_texts() {
     let e = |b: &[u8]| parse_all(b).expect_err("invalid").to_string();
-    assert_eq!(e(b"*3000000000\r\n"), "Protocol error: invalid multibulk length");
+    assert_eq!(
+        e(b"*3000000000\r\n"),
+        "Protocol error: invalid multibulk length"
+    );
     assert_eq!(e(b"*abc\r\n"), "Protocol error: invalid multibulk length");
-    assert_eq!(e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n"), "Protocol error: expected '$', got 'f'");
-    assert_eq!(e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n"), "Protocol error: invalid bulk length");
-    assert_eq!(e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n"), "Protocol error: invalid bulk length");
-    assert_eq!(e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n"), "Protocol error: invalid bulk length");
+    assert_eq!(
+        e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n"),
+        "Protocol error: expected '$', got 'f'"
+    );
+    assert_eq!(
+        e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n"),
+        "Protocol error: invalid bulk length"
+    );
+    assert_eq!(
+        e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n"),
+        "Protocol error: invalid bulk length"
+    );
+    assert_eq!(
+        e(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n"),
+        "Protocol error: invalid bulk length"
+    );
     assert_eq!(e(b"*1\r\nfoo\r\n"), "Protocol error: expected '$', got 'f'");
-    assert_eq!(e(b"set \"a b\"c\r\n"), "Protocol error: unbalanced quotes in request");
-    assert_eq!(e(b"set \"abc\r\n"), "Protocol error: unbalanced quotes in request");
-    assert_eq!(e(&vec![b'a'; INLINE_MAX + 1]), "Protocol error: too big inline request");
+    assert_eq!(
+        e(b"set \"a b\"c\r\n"),
+        "Protocol error: unbalanced quotes in request"
+    );
+    assert_eq!(
+        e(b"set \"abc\r\n"),
+        "Protocol error: unbalanced quotes in request"
+    );
+    assert_eq!(
+        e(&vec![b'a'; INLINE_MAX + 1]),
+        "Protocol error: too big inline request"
+    );
     let mut big = b"*".to_vec();
     big.extend(vec![b'1'; INLINE_MAX + 1]);
     assert_eq!(e(&big), "Protocol error: too big mbulk count string");
@@ -81,14 +120,23 @@ fn bogus_lengths_do_not_allocate() {
     let mut req = Request::default();
     assert_eq!(p.parse(&mut buf, &mut req).expect("valid"), None);
     assert!(buf.capacity() < 1024);
-    let mut p = Parser::new(Limits { max_bulk: 1024 * 1024, max_multibulk: 100 });
+    let mut p = Parser::new(Limits {
+        max_bulk: 1024 * 1024,
+        max_multibulk: 100,
+    });
     let mut buf = BytesMut::from(&b"*101\r\n"[..]);
-    assert_eq!(p.parse(&mut buf, &mut req), Err(ProtocolError::InvalidMultibulkLength));
+    assert_eq!(
+        p.parse(&mut buf, &mut req),
+        Err(ProtocolError::InvalidMultibulkLength)
+    );
 }
 
 #[test]
 fn inline_quoting() {
-    assert_eq!(split_args(b"a 'b c' \"d\\x41\\n\""), Some(vec![b"a".to_vec(), b"b c".to_vec(), b"dA\n".to_vec()]));
+    assert_eq!(
+        split_args(b"a 'b c' \"d\\x41\\n\""),
+        Some(vec![b"a".to_vec(), b"b c".to_vec(), b"dA\n".to_vec()])
+    );
     assert_eq!(split_args(b"   "), Some(vec![]));
     assert_eq!(split_args(b"'it\\'s'"), Some(vec![b"it's".to_vec()]));
 }
