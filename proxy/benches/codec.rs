@@ -33,7 +33,10 @@ use sidecache::resp::request::{Limits, Parser, Request};
 
 /// Limits well above every input (512 MiB is Redis's default
 /// `proto-max-bulk-len`).
-const LIMITS: Limits = Limits { max_bulk: 512 * 1024 * 1024, max_multibulk: 1024 * 1024 };
+const LIMITS: Limits = Limits {
+    max_bulk: 512 * 1024 * 1024,
+    max_multibulk: 1024 * 1024,
+};
 
 /// Appends one RESP array of bulk strings.
 fn encode(buf: &mut BytesMut, args: &[&[u8]]) {
@@ -75,7 +78,9 @@ fn pipelined_sets(n: usize, value_len: usize) -> BytesMut {
 }
 
 fn one_mset(pairs: usize, value_len: usize) -> BytesMut {
-    let owned: Vec<Vec<u8>> = (0..pairs).flat_map(|i| [key(i), value(i, value_len)]).collect();
+    let owned: Vec<Vec<u8>> = (0..pairs)
+        .flat_map(|i| [key(i), value(i, value_len)])
+        .collect();
     let mut args: Vec<&[u8]> = vec![b"MSET"];
     args.extend(owned.iter().map(Vec::as_slice));
     let mut buf = BytesMut::new();
@@ -85,9 +90,18 @@ fn one_mset(pairs: usize, value_len: usize) -> BytesMut {
 
 /// Parses every request in `buf` with our parser; `on_request` sees each
 /// request's arguments. Returns the number of requests.
-fn parse_ours(buf: &mut BytesMut, parser: &mut Parser, req: &mut Request, mut on_request: impl FnMut(&[Bytes])) -> usize {
+fn parse_ours(
+    buf: &mut BytesMut,
+    parser: &mut Parser,
+    req: &mut Request,
+    mut on_request: impl FnMut(&[Bytes]),
+) -> usize {
     let mut n = 0;
-    while parser.parse(buf, req).expect("benchmark input is valid RESP").is_some() {
+    while parser
+        .parse(buf, req)
+        .expect("benchmark input is valid RESP")
+        .is_some()
+    {
         on_request(&req.args);
         black_box(&req.raw);
         n += 1;
@@ -98,10 +112,18 @@ fn parse_ours(buf: &mut BytesMut, parser: &mut Parser, req: &mut Request, mut on
 /// Parses every request in `buf` with redis-protocol, moving the bulk
 /// strings out of each array frame into `args`. Returns the number of
 /// requests.
-fn parse_theirs(buf: &mut BytesMut, args: &mut Vec<Bytes>, mut on_request: impl FnMut(&[Bytes])) -> usize {
+fn parse_theirs(
+    buf: &mut BytesMut,
+    args: &mut Vec<Bytes>,
+    mut on_request: impl FnMut(&[Bytes]),
+) -> usize {
     let mut n = 0;
-    while let Some((frame, _len, raw)) = decode_bytes_mut(buf).expect("benchmark input is valid RESP") {
-        let BytesFrame::Array(items) = frame else { panic!("benchmark requests are arrays") };
+    while let Some((frame, _len, raw)) =
+        decode_bytes_mut(buf).expect("benchmark input is valid RESP")
+    {
+        let BytesFrame::Array(items) = frame else {
+            panic!("benchmark requests are arrays")
+        };
         args.clear();
         args.extend(items.into_iter().map(|f| match f {
             BytesFrame::BulkString(b) => b,
@@ -118,14 +140,27 @@ fn parse_theirs(buf: &mut BytesMut, args: &mut Vec<Bytes>, mut on_request: impl 
 fn check_same(name: &str, input: &BytesMut, requests: usize) {
     let mut ours = Vec::new();
     let mut buf = input.clone();
-    let n = parse_ours(&mut buf, &mut Parser::new(LIMITS), &mut Request::default(), |a| ours.push(a.to_vec()));
-    assert!(buf.is_empty(), "{name}: our parser left {} bytes", buf.len());
+    let n = parse_ours(
+        &mut buf,
+        &mut Parser::new(LIMITS),
+        &mut Request::default(),
+        |a| ours.push(a.to_vec()),
+    );
+    assert!(
+        buf.is_empty(),
+        "{name}: our parser left {} bytes",
+        buf.len()
+    );
     assert_eq!(n, requests, "{name}: our parser request count");
 
     let mut theirs = Vec::new();
     let mut buf = input.clone();
     let n = parse_theirs(&mut buf, &mut Vec::new(), |a| theirs.push(a.to_vec()));
-    assert!(buf.is_empty(), "{name}: redis-protocol left {} bytes", buf.len());
+    assert!(
+        buf.is_empty(),
+        "{name}: redis-protocol left {} bytes",
+        buf.len()
+    );
     assert_eq!(n, requests, "{name}: redis-protocol request count");
 
     assert!(ours == theirs, "{name}: parsers disagree on the arguments");
@@ -136,7 +171,11 @@ fn check_same(name: &str, input: &BytesMut, requests: usize) {
 fn bench_case(c: &mut Criterion, name: &str, input: &BytesMut, requests: usize, elements: u64) {
     check_same(name, input, requests);
     // Large inputs: fewer pre-built copies per batch keeps memory bounded.
-    let batch = if input.len() > 256 * 1024 { BatchSize::LargeInput } else { BatchSize::SmallInput };
+    let batch = if input.len() > 256 * 1024 {
+        BatchSize::LargeInput
+    } else {
+        BatchSize::SmallInput
+    };
 
     let mut group = c.benchmark_group(format!("codec/{name}"));
     group.throughput(Throughput::Elements(elements));
@@ -179,7 +218,13 @@ fn main() {
     bench_case(&mut c, "get_x1000", &pipelined_gets(1000), 1000, 1000);
     bench_case(&mut c, "set64_x1000", &pipelined_sets(1000, 64), 1000, 1000);
     bench_case(&mut c, "mset_1000_pairs", &one_mset(1000, 64), 1, 1000);
-    bench_case(&mut c, "set16k_x100", &pipelined_sets(100, 16 * 1024), 100, 100);
+    bench_case(
+        &mut c,
+        "set16k_x100",
+        &pipelined_sets(100, 16 * 1024),
+        100,
+        100,
+    );
 
     c.final_summary();
 }
