@@ -109,8 +109,9 @@ impl RedisServer {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
                 if s.write_all(b"PING\r\n").is_ok() {
-                    let mut b = [0u8; 7];
-                    if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
+                    // +PONG, or -NOAUTH when a password is required: up either way.
+                    let mut b = [0u8; 1];
+                    if s.read_exact(&mut b).is_ok() && (b[0] == b'+' || b[0] == b'-') {
                         return true;
                     }
                 }
