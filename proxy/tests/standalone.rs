@@ -494,3 +494,35 @@ fn unreachable_upstream_fails_fast_with_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
 }
+
+#[tokio::test]
+async fn upstream_restart_gives_errors_then_recovers() {
+    let mut redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &["--connect-timeout", "1"]).await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(raw_on(&mut s, b"SET k v\r\n", 1).await, b"+OK\r\n");
+    redis.kill();
+    // While upstream is down: a clear error, not a hang, and the client
+    // connection stays usable.
+    let out = raw_on(&mut s, b"GET k\r\nPING\r\n", 2).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("-ERR upstream"), "{text}");
+    assert!(text.ends_with("+PONG\r\n"));
+    redis.restart();
+    // The multiplexed connections reconnect by themselves.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let out = raw_on(&mut s, b"SET k again\r\n", 1).await;
+        if out == b"+OK\r\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no recovery: {}",
+            String::from_utf8_lossy(&out)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(raw_on(&mut s, b"GET k\r\n", 1).await, b"$5\r\nagain\r\n");
+    proxy.stop().await;
+}

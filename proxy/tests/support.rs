@@ -48,6 +48,7 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl RedisServer {
@@ -87,10 +88,19 @@ impl RedisServer {
                     "5000",
                 ]);
             }
+            let args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             let child = cmd
                 .spawn()
                 .expect("redis-server must be installed (see .ci/run)");
-            let mut s = RedisServer { child, port, dir };
+            let mut s = RedisServer {
+                child,
+                port,
+                dir,
+                args,
+            };
             if s.wait_ready() {
                 return s;
             }
@@ -131,6 +141,18 @@ impl RedisServer {
 
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("url")
+    }
+
+    /// Starts the server again on the same port with the same arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Command::new("redis-server")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        assert!(self.wait_ready(), "redis-server restarted");
     }
 
     /// Kills the server (for failure tests).
