@@ -262,7 +262,7 @@ impl Client {
             _ => {
                 self.keys.clear();
                 let slot = match info.keys(args, &mut self.keys) {
-                    Ok(()) => self.keys.first().map(|&i| Slot::for_key(&args[i])),
+                    Ok(_) => self.keys.first().map(|&i| Slot::for_key(&args[i])),
                     Err(_) => None,
                 };
                 match slot {

@@ -68,6 +68,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         ) => Handling::Unsupported(PUBSUB),
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
         (None, "wait" | "waitaof") => Handling::Unsupported(BLOCKING),
+        (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),
         (Some("script"), "script|load" | "script|flush" | "script|exists") => {
             Handling::FanOut(Merge::First)
         }

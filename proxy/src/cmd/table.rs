@@ -120,17 +120,21 @@ impl CommandInfo {
     }
 
     /// Appends the indexes of the key arguments in `args` to `out`.
+    /// Returns `Ok(false)` when some key spec cannot be expressed (e.g. SORT's
+    /// STORE target): the keys found are right but may not be all of them.
     ///
     /// # Errors
     /// [`KeysError`] when the keys cannot be determined.
-    pub fn keys(&self, args: &[Bytes], out: &mut Vec<usize>) -> Result<(), KeysError> {
+    pub fn keys(&self, args: &[Bytes], out: &mut Vec<usize>) -> Result<bool, KeysError> {
         if !self.arity_ok(args.len()) {
             return Err(KeysError::Invalid);
         }
         if self.specs.is_empty() {
-            return self.legacy_keys(args.len(), out);
+            return self.legacy_keys(args.len(), out).map(|()| true);
         }
         let argc = args.len() as i64;
+        let start = out.len();
+        let mut complete = true;
         for spec in &self.specs {
             let first = match &spec.begin {
                 BeginSearch::Index(i) => *i as i64,
@@ -157,7 +161,10 @@ impl CommandInfo {
                     }
                     found
                 }
-                BeginSearch::Unknown => return self.fallback(args.len(), out),
+                BeginSearch::Unknown => {
+                    complete = false;
+                    continue;
+                }
             };
             let (first, last, step) = match &spec.find {
                 FindKeys::Range {
@@ -191,7 +198,10 @@ impl CommandInfo {
                     let first = first + firstkey;
                     (first, first + n - 1, *keystep)
                 }
-                FindKeys::Unknown => return self.fallback(args.len(), out),
+                FindKeys::Unknown => {
+                    complete = false;
+                    continue;
+                }
             };
             if step <= 0 {
                 return Err(KeysError::Unknown);
@@ -209,14 +219,15 @@ impl CommandInfo {
                 i += step;
             }
         }
-        Ok(())
-    }
-
-    fn fallback(&self, argc: usize, out: &mut Vec<usize>) -> Result<(), KeysError> {
-        if self.flags.movablekeys || self.first <= 0 {
-            return Err(KeysError::Unknown);
+        if !complete && out.len() == start {
+            // Nothing expressible found: fall back to the legacy positions
+            // when they are trustworthy.
+            if self.flags.movablekeys || self.first <= 0 {
+                return Err(KeysError::Unknown);
+            }
+            self.legacy_keys(args.len(), out)?;
         }
-        self.legacy_keys(argc, out)
+        Ok(complete)
     }
 
     fn legacy_keys(&self, argc: usize, out: &mut Vec<usize>) -> Result<(), KeysError> {

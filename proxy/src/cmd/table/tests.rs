@@ -25,6 +25,11 @@ fn keys(c: &CommandInfo, a: &str) -> Result<Vec<usize>, KeysError> {
     c.keys(&args(a), &mut out).map(|_| out)
 }
 
+fn complete(c: &CommandInfo, a: &str) -> bool {
+    let mut out = Vec::new();
+    c.keys(&args(a), &mut out).expect("keys")
+}
+
 fn range(begin: usize, lastkey: i64, keystep: i64, limit: i64) -> KeySpec {
     KeySpec {
         begin: BeginSearch::Index(begin),
