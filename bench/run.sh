@@ -1,0 +1,428 @@
+#!/usr/bin/env bash
+# bench/run.sh — side-by-side macro benchmark of sidecache.
+#
+# Starts, on free loopback ports, a throwaway upstream Redis (standalone, or a
+# 3-master cluster with TOPOLOGY=cluster), sidecache in front of it and, for
+# standalone only, twemproxy (nutcracker) in front of the same Redis. Then runs
+# the same redis-benchmark load against each target, interleaving the targets
+# inside every round (the starting target rotates per round so no target
+# always runs first or last) and reports the median requests/second per
+# (target, test, pipeline depth).
+#
+# Outputs (in $RESULTS_DIR, default bench/results/):
+#   latest.csv      one row per (test, pipeline): median rps and p50 latency
+#                   of every target, and the ratios to direct Redis
+#   latest-raw.csv  every single redis-benchmark row of the run
+#   latest.md       the markdown table (also printed) plus the run's settings
+#
+# Knobs (environment variables):
+#   N=200000          requests per redis-benchmark run
+#   TESTS=get,set     redis-benchmark -t list
+#   ROUNDS=3          rounds; the median over rounds is reported
+#   PIPELINES="1 16"  pipeline depths (-P) to run
+#   CLIENTS=50        parallel connections (-c)
+#   DATA_SIZE=64      value size in bytes (-d)
+#   KEYSPACE=100000   random key space (-r)
+#   TOPOLOGY=standalone|cluster   cluster: 3 masters, redis vs sidecache only
+#   THREADS=          redis-benchmark --threads for every target. Default:
+#                     none for standalone; 1 for cluster, because
+#                     `redis-benchmark --cluster` otherwise starts one thread
+#                     per master, the sidecache run must get the same client
+#                     power, and threaded runs are timed in 250 ms steps (too
+#                     coarse for short runs; raise N if you raise THREADS)
+#   SKIP_SIDECACHE=1  leave sidecache out (e.g. while the binary isn't ready)
+#   SKIP_TWEMPROXY=1  leave twemproxy out
+#   SKIP_BUILD=1      don't run cargo build (use the existing binary)
+#   SIDECACHE_BIN=... binary to run (default: <repo>/target/release/sidecache)
+#   SIDECACHE_ARGS="..." extra flags for sidecache (word-split)
+#   PAUSE=1           seconds to idle between runs (lets write-behind drain)
+#   RUN_TIMEOUT=600   seconds before one redis-benchmark run is abandoned
+#   RESULTS_DIR=...   where to write results (default: bench/results)
+#   KEEP_WORKDIR=1    keep the temp dir with configs and logs
+#
+# Only processes this script started are stopped (by pid, on exit).
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+
+N="${N:-200000}"
+TESTS="${TESTS:-get,set}"
+ROUNDS="${ROUNDS:-3}"
+PIPELINES="${PIPELINES:-1 16}"
+CLIENTS="${CLIENTS:-50}"
+DATA_SIZE="${DATA_SIZE:-64}"
+KEYSPACE="${KEYSPACE:-100000}"
+TOPOLOGY="${TOPOLOGY:-standalone}"
+SKIP_SIDECACHE="${SKIP_SIDECACHE:-0}"
+SKIP_TWEMPROXY="${SKIP_TWEMPROXY:-0}"
+SKIP_BUILD="${SKIP_BUILD:-0}"
+SIDECACHE_ARGS="${SIDECACHE_ARGS:-}"
+PAUSE="${PAUSE:-1}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
+RESULTS_DIR="${RESULTS_DIR:-$SCRIPT_DIR/results}"
+KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
+if [[ "$TOPOLOGY" == cluster ]]; then THREADS="${THREADS:-1}"; else THREADS="${THREADS:-}"; fi
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+
+case "$TOPOLOGY" in
+  standalone | cluster) ;;
+  *) die "TOPOLOGY must be standalone or cluster, not '$TOPOLOGY'" ;;
+esac
+for v in N ROUNDS CLIENTS DATA_SIZE KEYSPACE RUN_TIMEOUT; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+read -r -a PIPELINE_LIST <<<"$PIPELINES"
+((${#PIPELINE_LIST[@]} > 0)) || die "PIPELINES is empty"
+for p in "${PIPELINE_LIST[@]}"; do
+  [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "PIPELINES entries must be positive integers, not '$p'"
+done
+read -r -a EXTRA_SIDECACHE_ARGS <<<"$SIDECACHE_ARGS"
+BENCH_COMMON=(-c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" -n "$N" -q --csv -t "$TESTS")
+if [[ -n "$THREADS" ]]; then
+  [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "THREADS must be a positive integer, not '$THREADS'"
+  BENCH_COMMON+=(--threads "$THREADS")
+fi
+
+# --------------------------------------------------------------------------
+# Tools
+# --------------------------------------------------------------------------
+ensure_packages() {
+  local missing=()
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
+    missing+=(redis-tools)
+  fi
+  if [[ "$TOPOLOGY" == standalone && "$SKIP_TWEMPROXY" != 1 ]]; then
+    command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
+  fi
+  ((${#missing[@]} == 0)) && return 0
+  command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get to install them"
+  local sudo=()
+  ((EUID == 0)) || sudo=(sudo)
+  log "installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+SIDECACHE_BIN_DEFAULT="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/sidecache"
+SIDECACHE_BIN="${SIDECACHE_BIN:-$SIDECACHE_BIN_DEFAULT}"
+
+build_sidecache() {
+  [[ "$SKIP_SIDECACHE" == 1 ]] && return 0
+  if [[ "$SKIP_BUILD" != 1 ]]; then
+    command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust, or set SIDECACHE_BIN and SKIP_BUILD=1)"
+    log "building sidecache (release)"
+    (cd "$REPO_ROOT" && cargo build --release -p sidecache)
+  fi
+  [[ -x "$SIDECACHE_BIN" ]] || die "sidecache binary not found at $SIDECACHE_BIN"
+}
+
+# --------------------------------------------------------------------------
+# Processes: everything we start is recorded here and stopped on exit.
+# --------------------------------------------------------------------------
+PIDS=()
+WORKDIR=""
+FAILED=1
+
+BENCH_PID=""
+cleanup() {
+  local pid i
+  # A running redis-benchmark first (timeout passes the signal on to it).
+  if [[ -n "$BENCH_PID" ]]; then
+    kill -TERM "$BENCH_PID" 2>/dev/null || true
+    wait "$BENCH_PID" 2>/dev/null || true
+  fi
+  # Stop in reverse start order: proxies before the Redis they talk to, so a
+  # draining sidecache can still flush to its upstream.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    pid="${PIDS[i]}"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "pid $pid did not stop within 10s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  done
+  if [[ -n "$WORKDIR" && -d "$WORKDIR" ]]; then
+    if [[ "$KEEP_WORKDIR" == 1 || "$FAILED" == 1 ]]; then
+      log "configs and logs kept in $WORKDIR"
+    else
+      rm -rf -- "$WORKDIR"
+    fi
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start_bg NAME CMD... — runs CMD in the background, logging to $WORKDIR/NAME.log.
+# Sets LAST_PID.
+LAST_PID=""
+start_bg() {
+  local name="$1"
+  shift
+  "$@" >"$WORKDIR/$name.log" 2>&1 &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# A port is free if nothing accepts a connection on it (and we haven't handed
+# it out already). Cluster nodes also need port+10000 for the bus.
+USED_PORTS=" "
+port_in_use() {
+  [[ "$USED_PORTS" == *" $1 "* ]] && return 0
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+pick_port() { # pick_port [needs_bus]
+  local needs_bus="${1:-0}" p tries
+  for ((tries = 0; tries < 500; tries++)); do
+    p=$((20000 + RANDOM % 20000))
+    port_in_use "$p" && continue
+    if [[ "$needs_bus" == 1 ]]; then
+      port_in_use $((p + 10000)) && continue
+      USED_PORTS+="$((p + 10000)) "
+    fi
+    USED_PORTS+="$p "
+    echo "$p"
+    return 0
+  done
+  die "no free loopback port found"
+}
+
+show_log() {
+  local f="$WORKDIR/$1.log"
+  [[ -f "$f" ]] && { log "last lines of $f:"; tail -n 20 "$f" >&2; }
+  return 0
+}
+
+# wait_ready NAME PID PORT — until PING on PORT answers PONG (30s).
+wait_ready() {
+  local name="$1" pid="$2" port="$3"
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      show_log "$name"
+      die "$name (pid $pid) exited during start-up"
+    fi
+    if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)" == PONG ]]; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  show_log "$name"
+  die "$name did not answer PING on port $port within 30s"
+}
+
+start_redis() { # start_redis NAME PORT [extra args...]; sets LAST_PID
+  local name="$1" port="$2"
+  shift 2
+  mkdir -p "$WORKDIR/$name"
+  start_bg "$name" redis-server --bind 127.0.0.1 --port "$port" --dir "$WORKDIR/$name" \
+    --save '' --appendonly no --daemonize no "$@"
+  wait_ready "$name" "$LAST_PID" "$port"
+}
+
+# --------------------------------------------------------------------------
+# Set-up
+# --------------------------------------------------------------------------
+ensure_packages
+build_sidecache
+
+WORKDIR="$(mktemp -d "${TMPDIR:-/tmp}/sidecache-bench.XXXXXX")"
+log "work dir $WORKDIR"
+
+declare -A PORT=()   # target -> port redis-benchmark talks to
+declare -A BENCH_EXTRA=() # target -> extra redis-benchmark flags
+TARGETS=()
+
+if [[ "$TOPOLOGY" == standalone ]]; then
+  REDIS_PORT="$(pick_port)"
+  start_redis redis "$REDIS_PORT"
+  log "redis      127.0.0.1:$REDIS_PORT (pid $LAST_PID)"
+  TARGETS+=(redis)
+  PORT[redis]="$REDIS_PORT"
+  BENCH_EXTRA[redis]=""
+else
+  CLUSTER_PORTS=()
+  for i in 0 1 2; do
+    p="$(pick_port 1)"
+    CLUSTER_PORTS+=("$p")
+    start_redis "redis-$i" "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-node-timeout 5000
+  done
+  nodes=()
+  for p in "${CLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$WORKDIR/cluster-create.log" 2>&1 || { show_log cluster-create; die "cluster create failed"; }
+  for _ in $(seq 1 300); do
+    ok=1
+    for p in "${CLUSTER_PORTS[@]}"; do
+      redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+    done
+    ((ok)) && break
+    sleep 0.1
+  done
+  ((ok)) || die "cluster did not reach cluster_state:ok within 30s"
+  REDIS_PORT="${CLUSTER_PORTS[0]}"
+  log "redis      cluster 127.0.0.1:${CLUSTER_PORTS[*]}"
+  TARGETS+=(redis)
+  PORT[redis]="$REDIS_PORT"
+  BENCH_EXTRA[redis]="--cluster"
+fi
+
+if [[ "$SKIP_SIDECACHE" != 1 ]]; then
+  SC_PORT="$(pick_port)"
+  start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" \
+    --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
+  wait_ready sidecache "$LAST_PID" "$SC_PORT"
+  log "sidecache  127.0.0.1:$SC_PORT (pid $LAST_PID)"
+  TARGETS+=(sidecache)
+  PORT[sidecache]="$SC_PORT"
+  BENCH_EXTRA[sidecache]=""
+fi
+
+if [[ "$TOPOLOGY" == standalone && "$SKIP_TWEMPROXY" != 1 ]]; then
+  TW_PORT="$(pick_port)"
+  TW_STATS_PORT="$(pick_port)"
+  cat >"$WORKDIR/nutcracker.yml" <<EOF
+sidecache_bench:
+  listen: 127.0.0.1:$TW_PORT
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  server_connections: 1
+  auto_eject_hosts: false
+  preconnect: true
+  servers:
+    - 127.0.0.1:$REDIS_PORT:1
+EOF
+  nutcracker --test-conf --conf-file="$WORKDIR/nutcracker.yml" >"$WORKDIR/nutcracker-test.log" 2>&1 ||
+    { show_log nutcracker-test; die "nutcracker rejected its config"; }
+  start_bg nutcracker nutcracker --conf-file="$WORKDIR/nutcracker.yml" \
+    --stats-addr=127.0.0.1 --stats-port="$TW_STATS_PORT"
+  wait_ready nutcracker "$LAST_PID" "$TW_PORT"
+  log "twemproxy  127.0.0.1:$TW_PORT (pid $LAST_PID)"
+  TARGETS+=(twemproxy)
+  PORT[twemproxy]="$TW_PORT"
+  BENCH_EXTRA[twemproxy]=""
+fi
+
+# --------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------
+RAW="$WORKDIR/raw.csv"
+echo "round,target,pipeline,test,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$RAW"
+
+run_one() { # run_one ROUND TARGET PIPELINE
+  local round="$1" target="$2" pipeline="$3" out extra=()
+  out="$WORKDIR/run-$round-$target-P$pipeline.csv"
+  read -r -a extra <<<"${BENCH_EXTRA[$target]}"
+  # In the background + wait, so that a signal to this script is handled at
+  # once (bash runs traps only between foreground commands).
+  timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" "${extra[@]}" \
+    "${BENCH_COMMON[@]}" -P "$pipeline" >"$out" 2>>"$WORKDIR/redis-benchmark.log" &
+  BENCH_PID=$!
+  local rc=0
+  wait "$BENCH_PID" || rc=$?
+  BENCH_PID=""
+  if ((rc != 0)); then
+    log "  WARNING: redis-benchmark against $target -P $pipeline failed or timed out; run not counted"
+    return 0
+  fi
+  # "SET","555555.56","1.240",... -> round,target,pipeline,SET,555555.56,1.240,...
+  awk -F'","|^"|"$' -v r="$round" -v t="$target" -v p="$pipeline" \
+    'NF >= 9 && $2 != "test" { printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r, t, p, $2, $3, $4, $5, $6, $7, $8, $9 }' \
+    "$out" | tee -a "$RAW" |
+    awk -F, '{ printf "[bench]   %-9s -P %-3s %-6s %12.0f rps  p50 %s ms\n", $2, $3, $4, $5, $8 }' >&2
+}
+
+log "targets: ${TARGETS[*]}; tests: $TESTS; pipelines: ${PIPELINE_LIST[*]}; rounds: $ROUNDS; n=$N c=$CLIENTS d=$DATA_SIZE r=$KEYSPACE threads=${THREADS:-1}"
+for ((round = 1; round <= ROUNDS; round++)); do
+  log "round $round/$ROUNDS"
+  for pipeline in "${PIPELINE_LIST[@]}"; do
+    for ((k = 0; k < ${#TARGETS[@]}; k++)); do
+      target="${TARGETS[$(((k + round - 1) % ${#TARGETS[@]}))]}"
+      # A proxy that died mid-run must not be reported as merely slow.
+      for pid in "${PIDS[@]}"; do
+        kill -0 "$pid" 2>/dev/null || die "a benchmarked process (pid $pid) has exited; see logs in $WORKDIR"
+      done
+      run_one "$round" "$target" "$pipeline"
+      sleep "$PAUSE"
+    done
+  done
+done
+
+# --------------------------------------------------------------------------
+# Medians and report
+# --------------------------------------------------------------------------
+# median FIELD TARGET TEST PIPELINE [DECIMALS] -> median of that column over
+# rounds, or "" when there is no value.
+median() {
+  local field="$1" target="$2" test="$3" pipeline="$4" decimals="${5:-2}"
+  awk -F, -v f="$field" -v t="$target" -v x="$test" -v p="$pipeline" \
+    'NR > 1 && $2 == t && $4 == x && $3 == p { print $f }' "$RAW" | sort -g |
+    awk -v d="$decimals" '{ v[NR] = $1 } END {
+      if (NR == 0) exit
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "%.*f\n", d, m }'
+}
+ratio() { # ratio A B -> A/B with 2 decimals, or ""
+  [[ -n "$1" && -n "$2" ]] || return 0
+  awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b }'
+}
+fmt_rps() { if [[ -n "$1" ]]; then printf '%.0f' "$1"; else printf 'n/a'; fi; }
+fmt_ratio() { if [[ -n "$1" ]]; then printf '%s×' "$1"; else printf 'n/a'; fi; }
+
+mkdir -p "$RESULTS_DIR"
+CSV="$WORKDIR/latest.csv"
+MD="$WORKDIR/latest.md"
+echo "test,pipeline,redis_rps,sidecache_rps,twemproxy_rps,sidecache_redis_ratio,twemproxy_redis_ratio,redis_p50_ms,sidecache_p50_ms,twemproxy_p50_ms" >"$CSV"
+
+GIT_REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 Cargo.toml Cargo.lock 2>/dev/null || true)" ]]; then
+  GIT_REV+="-dirty"
+fi
+if [[ "$SKIP_SIDECACHE" == 1 ]]; then
+  GIT_REV+=" (not benchmarked)"
+elif [[ "$SKIP_BUILD" == 1 || "$SIDECACHE_BIN" != "$SIDECACHE_BIN_DEFAULT" ]]; then
+  GIT_REV+=" (binary $SIDECACHE_BIN, not built by this run)"
+fi
+{
+  echo "Run $(date -u +%Y-%m-%dT%H:%M:%SZ), sidecache $GIT_REV, topology $TOPOLOGY, $(nproc) CPUs, $(redis-server --version | awk '{print $3}' | tr -d 'v=')."
+  echo "redis-benchmark ${BENCH_COMMON[*]} -P {${PIPELINE_LIST[*]}}; median of $ROUNDS rounds."
+  echo
+  echo "| test | pipeline | redis rps | sidecache rps | twemproxy rps | sidecache/redis | twemproxy/redis |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+} >"$MD"
+
+mapfile -t TEST_NAMES < <(awk -F, 'NR > 1 && !seen[$4]++ { print $4 }' "$RAW")
+((${#TEST_NAMES[@]} > 0)) || die "no benchmark run produced results; see $WORKDIR"
+for test in "${TEST_NAMES[@]}"; do
+  for pipeline in "${PIPELINE_LIST[@]}"; do
+    r="$(median 5 redis "$test" "$pipeline")"
+    s="$(median 5 sidecache "$test" "$pipeline")"
+    t="$(median 5 twemproxy "$test" "$pipeline")"
+    rl="$(median 8 redis "$test" "$pipeline" 3)"
+    sl="$(median 8 sidecache "$test" "$pipeline" 3)"
+    tl="$(median 8 twemproxy "$test" "$pipeline" 3)"
+    sr="$(ratio "$s" "$r")"
+    tr_="$(ratio "$t" "$r")"
+    echo "$test,$pipeline,$r,$s,$t,$sr,$tr_,$rl,$sl,$tl" >>"$CSV"
+    echo "| $test | $pipeline | $(fmt_rps "$r") | $(fmt_rps "$s") | $(fmt_rps "$t") | $(fmt_ratio "$sr") | $(fmt_ratio "$tr_") |" >>"$MD"
+  done
+done
+
+cp "$CSV" "$RESULTS_DIR/latest.csv"
+cp "$RAW" "$RESULTS_DIR/latest-raw.csv"
+cp "$MD" "$RESULTS_DIR/latest.md"
+echo
+cat "$MD"
+echo
+log "wrote $RESULTS_DIR/latest.csv, latest-raw.csv, latest.md"
+FAILED=0
