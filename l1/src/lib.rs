@@ -1,14 +1,21 @@
 //! The in-process L1 cache of sidecache.
 //!
-//! A skeleton until the L1 issue lands (TODO(#3)): the proxy's dispatch
-//! already has the place where GET hits and misses will be decided.
+//! A cache of the upstream, never a second database: values enter only
+//! through a *fill* (a read that missed) that no write raced, leave on any
+//! write the proxy sees, and never outlive the upstream's TTL or the
+//! configured cap. This crate knows nothing of networking: the proxy decides
+//! what is cacheable and fetches misses; the cache keeps entries, bounds
+//! their bytes and guards fills against invalidations.
 //!
 //! # Layout
-//! - `lib.rs`: the crate's configuration type.
+//! - [`config`]: [`L1Config`] (capacity, value size limit, TTL cap, key filters).
+//! - [`cache`]: [`L1`], the Moka cache with per-entry expiry and the fill guard.
+//! - [`stats`]: lock-free counters and their snapshot.
 
-/// L1 configuration; `max_bytes == 0` turns the L1 off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct L1Config {
-    /// Byte capacity of the cache.
-    pub max_bytes: u64,
-}
+pub mod cache;
+pub mod config;
+pub mod stats;
+
+pub use cache::{FillTicket, Lookup, L1};
+pub use config::L1Config;
+pub use stats::StatsSnapshot;

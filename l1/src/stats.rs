@@ -1,0 +1,57 @@
+//! Counters kept without locks (relaxed atomics) and read as a snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) fills: AtomicU64,
+    pub(crate) fills_discarded: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) invalidations: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A point-in-time copy of the counters and sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Lookups answered from the L1.
+    pub hits: u64,
+    /// Lookups that had to go upstream.
+    pub misses: u64,
+    /// Entries inserted by a fill.
+    pub fills: u64,
+    /// Fills discarded because a write or invalidation raced them.
+    pub fills_discarded: u64,
+    /// Entries evicted for capacity.
+    pub evictions: u64,
+    /// Keys invalidated by writes.
+    pub invalidations: u64,
+    /// Weighted bytes held.
+    pub bytes: u64,
+    /// Entries held.
+    pub entries: u64,
+}
+
+impl Stats {
+    pub(crate) fn snapshot(&self, bytes: u64, entries: u64) -> StatsSnapshot {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            hits: l(&self.hits),
+            misses: l(&self.misses),
+            fills: l(&self.fills),
+            fills_discarded: l(&self.fills_discarded),
+            evictions: l(&self.evictions),
+            invalidations: l(&self.invalidations),
+            bytes,
+            entries,
+        }
+    }
+}
