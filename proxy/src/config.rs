@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
+use sidecache_l1::L1Config;
 use sidecache_pool::{Mode, Seed, UpstreamConfig};
 
 /// Default TCP listen address.
@@ -130,6 +131,40 @@ pub struct Options {
     /// Log filter (tracing syntax, e.g. `info` or `sidecache=debug`) [default: info].
     #[arg(long, env = "SIDECACHE_LOG_LEVEL", value_name = "FILTER")]
     pub log_level: Option<String>,
+
+    /// L1 capacity in bytes (keys + values + overhead); 0 turns the L1 off; accepts kb/mb/gb [default: 256mb].
+    #[arg(long, env = "SIDECACHE_L1_MAX_BYTES", value_name = "BYTES")]
+    pub l1_max_bytes: Option<String>,
+
+    /// Values larger than this are never cached; accepts kb/mb/gb [default: 1mb].
+    #[arg(long, env = "SIDECACHE_L1_MAX_VALUE_BYTES", value_name = "BYTES")]
+    pub l1_max_value_bytes: Option<String>,
+
+    /// Longest life of an L1 entry in seconds, whatever the upstream TTL [default: 60].
+    #[arg(long, env = "SIDECACHE_L1_TTL_CAP", value_name = "SECS")]
+    pub l1_ttl_cap: Option<f64>,
+
+    /// Also cache nil replies, for this many seconds [default: off].
+    #[arg(long, env = "SIDECACHE_L1_CACHE_NIL", value_name = "SECS")]
+    pub l1_cache_nil: Option<f64>,
+
+    /// Cache only keys with this prefix (repeatable; default: all keys).
+    #[arg(
+        long,
+        env = "SIDECACHE_L1_INCLUDE_PREFIX",
+        value_name = "PREFIX",
+        value_delimiter = ','
+    )]
+    pub l1_include_prefix: Vec<String>,
+
+    /// Never cache keys with this prefix (repeatable).
+    #[arg(
+        long,
+        env = "SIDECACHE_L1_EXCLUDE_PREFIX",
+        value_name = "PREFIX",
+        value_delimiter = ','
+    )]
+    pub l1_exclude_prefix: Vec<String>,
 }
 
 /// A configuration error naming the option.
@@ -172,6 +207,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Log filter.
     pub log_level: String,
+    /// L1 cache settings.
+    pub l1: L1Config,
 }
 
 impl Options {
@@ -201,6 +238,20 @@ impl Options {
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
+            l1_max_bytes: self.l1_max_bytes.or(file.l1_max_bytes),
+            l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
+            l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
+            l1_cache_nil: self.l1_cache_nil.or(file.l1_cache_nil),
+            l1_include_prefix: if self.l1_include_prefix.is_empty() {
+                file.l1_include_prefix
+            } else {
+                self.l1_include_prefix
+            },
+            l1_exclude_prefix: if self.l1_exclude_prefix.is_empty() {
+                file.l1_exclude_prefix
+            } else {
+                self.l1_exclude_prefix
+            },
         }
     }
 }
@@ -300,7 +351,41 @@ impl Config {
         if maxclients == 0 {
             return Err(err("--maxclients", "must be at least 1"));
         }
+        let l1_max_bytes = size(
+            "--l1-max-bytes",
+            o.l1_max_bytes.as_deref(),
+            sidecache_l1::config::DEFAULT_MAX_BYTES,
+        )?;
+        let l1_max_value_bytes = size(
+            "--l1-max-value-bytes",
+            o.l1_max_value_bytes.as_deref(),
+            sidecache_l1::config::DEFAULT_MAX_VALUE_BYTES,
+        )?;
+        let l1 = L1Config {
+            max_bytes: l1_max_bytes,
+            max_value_bytes: l1_max_value_bytes,
+            ttl_cap: secs(
+                "--l1-ttl-cap",
+                o.l1_ttl_cap,
+                sidecache_l1::config::DEFAULT_TTL_CAP.as_secs_f64(),
+            )?,
+            cache_nil: match o.l1_cache_nil {
+                Some(v) => Some(secs("--l1-cache-nil", Some(v), 0.0)?),
+                None => None,
+            },
+            include_prefixes: o
+                .l1_include_prefix
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
+            exclude_prefixes: o
+                .l1_exclude_prefix
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
+        };
         Ok(Config {
+            l1,
             listen,
             unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
             upstream,
@@ -338,7 +423,7 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={} l1_max_bytes={} l1_ttl_cap={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -346,6 +431,8 @@ impl Config {
             self.upstream.pool_size,
             self.maxclients,
             if self.requirepass.is_some() { "<set>" } else { "<none>" },
+            self.l1.max_bytes,
+            self.l1.ttl_cap,
         )
     }
 }

@@ -22,7 +22,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use sidecache_pool::resp::{self, put_header};
 use sidecache_pool::topology::Topology;
 use sidecache_pool::{mux::Replies, Proto, Session, Slot};
@@ -31,13 +31,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use sidecache_l1::FillTicket;
+
 use crate::cmd::handling::{Handling, Merge};
 use crate::cmd::local::{self, ClientState, Local, Outcome};
-use crate::cmd::merge::{self, PartReply};
 use crate::cmd::table::lowercase;
+use crate::flight::{Fetched, Flight, Joined};
 use crate::resp::reply::Reply;
 use crate::resp::request::{Limits, Parser, Request};
 use crate::state::{ClientEntry, Shared};
+
+mod cache;
+mod flush;
 
 /// Commands resolved together at most (bounds memory per client).
 pub const MAX_BATCH: usize = 4096;
@@ -55,8 +60,39 @@ struct Part {
     positions: Vec<u32>,
 }
 
+/// What a write makes the L1 drop, at dispatch and again when upstream
+/// acknowledged it (so no fill that raced the write survives it).
+enum Inval {
+    Keys(Vec<Bytes>),
+    All,
+}
+
+/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`).
+struct Fetch {
+    node: u32,
+    idx: u32,
+    slot: Option<Slot>,
+    key: Bytes,
+    /// `None`: not cacheable (filtered key), fetch only.
+    ticket: Option<FillTicket>,
+    /// Set when this client leads a coalesced fetch.
+    flight: Option<Arc<Flight>>,
+    /// Filled in by the publish pass.
+    result: Option<Fetched>,
+}
+
+enum MgetItem {
+    Hit(Option<Bytes>),
+    Fetch(Fetch),
+}
+
 enum Pending {
     Local(Range<usize>),
+    Value(Option<Bytes>),
+    Fetch(Box<Fetch>),
+    Join(Joined),
+    Mget(Vec<MgetItem>),
+    Invalidate(Inval),
     Up {
         node: u32,
         idx: u32,
@@ -101,6 +137,9 @@ pub struct Client {
     keys: Vec<usize>,
     batch_bytes: usize,
     commands: u64,
+    /// Whether this batch holds a write not yet acknowledged upstream: its
+    /// reads must not join other clients' fetches.
+    batch_writes: bool,
 }
 
 enum Flow {
@@ -144,6 +183,7 @@ impl Client {
             keys: Vec::new(),
             batch_bytes: 0,
             commands: 0,
+            batch_writes: false,
         }
     }
 
@@ -192,6 +232,15 @@ impl Client {
         self.commands += 1;
         self.batch_bytes += req.raw.len();
         let args = &req.args;
+        // The hot path: GET served from the L1 without a table lookup.
+        if args.len() == 2
+            && self.st.authenticated
+            && self.shared.l1.enabled()
+            && args[0].eq_ignore_ascii_case(b"GET")
+        {
+            self.get(req);
+            return Flow::Continue;
+        }
         let mut lower = [0u8; 64];
         let lname: &[u8] = lowercase(&args[0], &mut lower).unwrap_or(b"");
         if let Some(cmd) = Local::lookup(lname) {
@@ -221,6 +270,11 @@ impl Client {
             return Flow::Continue;
         };
         let cluster = self.topo.is_cluster();
+        let inval = self.write_invalidation(info, args);
+        if info.name == "mget" && shared.l1.enabled() && args.len() >= 2 {
+            self.mget(req);
+            return Flow::Continue;
+        }
         match info.handling {
             Handling::Unsupported(why) => {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
@@ -278,6 +332,9 @@ impl Client {
                     None => self.forward(0, None, &req.raw),
                 }
             }
+        }
+        if let Some(inval) = inval {
+            self.pending.push(Pending::Invalidate(inval));
         }
         Flow::Continue
     }
@@ -389,6 +446,27 @@ impl Client {
 
     fn proxy_section(&self) -> String {
         let s = &self.shared;
+        let l1 = s.l1.stats();
+        let lookups = l1.hits + l1.misses;
+        format!(
+            "{}# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\n",
+            self.proxy_core(),
+            u8::from(s.l1.enabled()),
+            s.l1.config().max_bytes,
+            l1.bytes,
+            l1.entries,
+            l1.hits,
+            l1.misses,
+            if lookups == 0 { 0.0 } else { l1.hits as f64 / lookups as f64 },
+            l1.fills,
+            l1.fills_discarded,
+            l1.evictions,
+            l1.invalidations,
+        )
+    }
+
+    fn proxy_core(&self) -> String {
+        let s = &self.shared;
         let info = s.upstream.server_info();
         let relaxed = std::sync::atomic::Ordering::Relaxed;
         format!(
@@ -405,226 +483,6 @@ impl Client {
             s.started.elapsed().as_secs(),
         )
     }
-
-    /// Sends the batch's upstream work, waits for it, and writes every
-    /// pending reply to `wbuf` in request order.
-    async fn flush(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let session = self.session();
-        let hint = self.hint();
-        for (i, b) in self.builders.iter_mut().enumerate() {
-            if b.count == 0 {
-                continue;
-            }
-            let payload = b.buf.split().freeze();
-            let count = std::mem::take(&mut b.count);
-            let Some(node) = self.topo.nodes().get(i) else {
-                b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
-                continue;
-            };
-            match node.conn(session, hint) {
-                Some(conn) => match conn.submit(payload, count).await {
-                    Ok(rx) => b.rx = Some(rx),
-                    Err(e) => b.result = Some(Err(e)),
-                },
-                None => {
-                    b.result = Some(Err(sidecache_pool::Error::Config(
-                        "database out of range".into(),
-                    )))
-                }
-            }
-        }
-        for b in self.builders.iter_mut() {
-            if let Some(rx) = b.rx.take() {
-                b.result = Some(rx.await.unwrap_or(Err(sidecache_pool::Error::Closed)));
-            }
-        }
-        let pending = std::mem::take(&mut self.pending);
-        let mut errors = 0u64;
-        for p in pending {
-            match p {
-                Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
-                Pending::Up {
-                    node,
-                    idx,
-                    slot,
-                    cmd,
-                } => match self.reply_of(node, idx, slot, &cmd).await {
-                    Ok(f) => self.wbuf.put_slice(&f),
-                    Err(e) => {
-                        errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
-                    }
-                },
-                Pending::Merge { kind, parts, nkeys } => {
-                    let mut replies = Vec::with_capacity(parts.len());
-                    let mut failed = None;
-                    for part in &parts {
-                        match self
-                            .reply_of(part.node, part.idx, part.slot, &part.cmd)
-                            .await
-                        {
-                            Ok(f) => replies.push(PartReply {
-                                frame: f,
-                                positions: &part.positions,
-                            }),
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    match failed {
-                        Some(e) => {
-                            errors += 1;
-                            upstream_error(&mut self.wbuf, &e);
-                        }
-                        None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
-                    }
-                }
-                Pending::Scan {
-                    node,
-                    idx,
-                    cmd,
-                    shard,
-                    nshards,
-                } => match self.reply_of(node, idx, None, &cmd).await {
-                    Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
-                    Err(e) => {
-                        errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
-                    }
-                },
-                Pending::Info { upstream, proxy } => {
-                    let body = match upstream {
-                        Some((node, idx)) => {
-                            match self.reply_of(node, idx, None, &Bytes::new()).await {
-                                Ok(f) => Ok(resp::Value::decode(&f).ok().and_then(|v| match v {
-                                    resp::Value::Bulk(b) | resp::Value::Verbatim(b) => Some(b),
-                                    _ => None,
-                                })),
-                                Err(e) => Err(e),
-                            }
-                        }
-                        None => Ok(None),
-                    };
-                    match body {
-                        Err(e) => upstream_error(&mut self.wbuf, &e),
-                        Ok(body) => {
-                            let mut text = if proxy {
-                                self.proxy_section().into_bytes()
-                            } else {
-                                Vec::new()
-                            };
-                            if let Some(b) = body {
-                                if proxy && !b.is_empty() {
-                                    text.extend_from_slice(b"\r\n");
-                                }
-                                text.extend_from_slice(&b);
-                            }
-                            Reply {
-                                out: &mut self.wbuf,
-                                proto: self.st.proto,
-                            }
-                            .verbatim(&text);
-                        }
-                    }
-                }
-            }
-        }
-        self.scratch.clear();
-        for b in self.builders.iter_mut() {
-            b.result = None;
-        }
-        let stats = &self.shared.stats;
-        stats.commands.fetch_add(
-            std::mem::take(&mut self.commands),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        if errors > 0 {
-            stats
-                .upstream_errors
-                .fetch_add(errors, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.batch_bytes = 0;
-        // Pick up topology changes between batches.
-        self.topo = self.shared.upstream.topology();
-    }
-
-    /// The final reply of one queued command, following cluster redirects.
-    async fn reply_of(
-        &mut self,
-        node: u32,
-        idx: u32,
-        slot: Option<Slot>,
-        cmd: &Bytes,
-    ) -> sidecache_pool::Result<Bytes> {
-        let frame = match self
-            .builders
-            .get_mut(node as usize)
-            .and_then(|b| b.result.as_mut())
-        {
-            Some(Ok(frames)) => frames
-                .get_mut(idx as usize)
-                .map(std::mem::take)
-                .unwrap_or_default(),
-            Some(Err(e)) => return Err(e.clone()),
-            None => return Err(sidecache_pool::Error::Closed),
-        };
-        if frame.is_empty() {
-            return Err(sidecache_pool::Error::Closed);
-        }
-        if !self.topo.is_cluster() || resp::error_text(&frame).is_none() || cmd.is_empty() {
-            return Ok(frame);
-        }
-        self.shared
-            .upstream
-            .follow(self.session(), self.hint(), slot, cmd, frame)
-            .await
-    }
-}
-
-/// Writes an upstream failure as a Redis error reply.
-fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
-    let text = e.to_string().replace(['\r', '\n'], " ");
-    out.put_slice(b"-ERR ");
-    out.put_slice(text.as_bytes());
-    out.put_slice(b"\r\n");
-}
-
-/// Rewrites a SCAN reply's cursor to encode the master index.
-fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
-    let Ok(Some(els)) = resp::array_elements(frame) else {
-        out.put_slice(frame);
-        return;
-    };
-    let up = els
-        .first()
-        .and_then(|c| resp::Value::decode(c).ok())
-        .and_then(|v| {
-            v.as_bytes()
-                .and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok())
-        });
-    let (Some(up), 2) = (up, els.len()) else {
-        out.put_slice(frame);
-        return;
-    };
-    let next = if up != 0 {
-        if up >> (64 - SCAN_SHARD_BITS) != 0 {
-            out.put_slice(b"-ERR sidecache: upstream SCAN cursor too large to encode\r\n");
-            return;
-        }
-        (up << SCAN_SHARD_BITS) | shard
-    } else if shard + 1 < nshards {
-        shard + 1
-    } else {
-        0
-    };
-    put_header(out, b'*', 2);
-    resp::put_bulk(out, next.to_string().as_bytes());
-    out.put_slice(&els[1]);
 }
 
 /// Serves one client until it quits, errs, or shutdown is requested.

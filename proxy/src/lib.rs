@@ -7,14 +7,17 @@
 //! - [`resp`]: the client-side codec (requests in, local replies out).
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.
-//! - [`state`]: what all connections share (upstream, table, counters, clients).
+//! - [`flight`]: coalescing of concurrent L1 misses on one key.
+//! - [`state`]: what all connections share (upstream, table, L1, counters, clients).
 //!
 //! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
-//! the cache in `sidecache-l1`. This crate is the only one that sees clients.
+//! the cache in `sidecache-l1`; what is cacheable and when it is invalidated
+//! is decided here, in [`connection`]. This crate is the only one that sees clients.
 
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod flight;
 pub mod resp;
 pub mod server;
 pub mod state;

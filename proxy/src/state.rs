@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use bytes::Bytes;
+use sidecache_l1::L1;
 use sidecache_pool::Upstream;
+
+use crate::flight::Flights;
 
 use crate::cmd::table::CommandTable;
 use crate::config::Config;
@@ -75,6 +79,10 @@ pub struct Shared {
     pub stats: Stats,
     /// When the proxy started.
     pub started: Instant,
+    /// The L1 cache.
+    pub l1: L1,
+    /// L1 misses being fetched (coalescing).
+    pub flights: Flights,
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
 }
@@ -83,6 +91,8 @@ impl Shared {
     /// Shared state for a running proxy.
     pub fn new(upstream: Upstream, table: CommandTable, config: Config) -> Shared {
         Shared {
+            l1: L1::new(config.l1.clone()),
+            flights: Flights::default(),
             upstream,
             table,
             config,
@@ -91,6 +101,18 @@ impl Shared {
             next_id: AtomicU64::new(1),
             clients: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Drops a key from the L1 and forgets its flight: a write touched it.
+    pub fn invalidate(&self, db: u16, key: &Bytes) {
+        self.l1.invalidate(db, key);
+        self.flights.forget(db, key);
+    }
+
+    /// Drops everything cached (FLUSHALL, keys that cannot be known).
+    pub fn invalidate_all(&self) {
+        self.l1.clear();
+        self.flights.forget_all();
     }
 
     /// A fresh client id.

@@ -1,0 +1,156 @@
+//! The L1 side of dispatch: GET and MGET answered from the cache or fetched
+//! (GET + PTTL in one round trip) and filled; writes invalidating, in
+//! command order, at dispatch and again once upstream acknowledged them.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use sidecache_l1::Lookup;
+use sidecache_pool::resp;
+use sidecache_pool::Slot;
+
+use super::{Client, Fetch, Inval, MgetItem, Pending};
+use crate::cmd::table::CommandInfo;
+use crate::flight::Role;
+use crate::resp::request::Request;
+
+/// Write commands whose effect reaches beyond their key arguments (another
+/// database, every key): they clear the whole L1.
+const CLEARS_ALL: &[&str] = &["move", "copy", "swapdb", "flushall", "flushdb"];
+/// Commands not flagged `write` that may write the keys they declare.
+const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
+
+impl Client {
+    /// The node and slot a key routes to; `Err` when no node serves it.
+    fn route_key(&self, key: &[u8]) -> Result<(usize, Option<Slot>), sidecache_pool::Error> {
+        if !self.topo.is_cluster() {
+            return Ok((0, None));
+        }
+        let slot = Slot::for_key(key);
+        let node = self.topo.node_index(slot)?;
+        Ok((node, Some(slot)))
+    }
+
+    fn slot_error(&mut self, e: &sidecache_pool::Error) {
+        self.shared.upstream.request_refresh();
+        let msg = format!("CLUSTERDOWN Hash slot not served ({e})");
+        self.local_reply(|r| r.error(&msg));
+    }
+
+    /// Queues GET + PTTL for `key` on its node.
+    fn enqueue_fetch(&mut self, node: usize, key: &[u8]) -> u32 {
+        let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
+        resp::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
+        resp::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
+        let (_, idx) = self.enqueue(node, &cmd);
+        // `enqueue` counted one command; the PTTL is the second.
+        self.builders[node].count += 1;
+        idx
+    }
+
+    /// GET with the L1 on.
+    pub(super) fn get(&mut self, req: &Request) {
+        let key = &req.args[1];
+        let db = self.st.db;
+        let lookup = self.shared.l1.get(db, key);
+        let (node, slot) = match self.route_key(key) {
+            Ok(r) => r,
+            Err(e) => return self.slot_error(&e),
+        };
+        match lookup {
+            Lookup::Hit(v) => self.pending.push(Pending::Value(v)),
+            Lookup::Bypass => self.forward(node, slot, &req.raw),
+            Lookup::Miss => {
+                let shared = Arc::clone(&self.shared);
+                match shared.flights.lead_or_join(db, key, !self.batch_writes) {
+                    Role::Join(rx) => self.pending.push(Pending::Join(rx)),
+                    Role::Lead(flight) => {
+                        let ticket = Some(shared.l1.begin_fill(db, key));
+                        let idx = self.enqueue_fetch(node, key);
+                        self.pending.push(Pending::Fetch(Box::new(Fetch {
+                            node: node as u32,
+                            idx,
+                            slot,
+                            key: key.clone(),
+                            ticket,
+                            flight: Some(flight),
+                            result: None,
+                        })));
+                    }
+                }
+            }
+        }
+    }
+
+    /// MGET with the L1 on: hits from the cache, misses fetched (one GET +
+    /// PTTL each, pipelined per node: one round trip), merged in order.
+    pub(super) fn mget(&mut self, req: &Request) {
+        let db = self.st.db;
+        let mut items = Vec::with_capacity(req.args.len() - 1);
+        for key in &req.args[1..] {
+            let lookup = self.shared.l1.get(db, key);
+            if let Lookup::Hit(v) = lookup {
+                items.push(MgetItem::Hit(v));
+                continue;
+            }
+            let (node, slot) = match self.route_key(key) {
+                Ok(r) => r,
+                Err(e) => return self.slot_error(&e),
+            };
+            let ticket = (lookup == Lookup::Miss).then(|| self.shared.l1.begin_fill(db, key));
+            let idx = self.enqueue_fetch(node, key);
+            items.push(MgetItem::Fetch(Fetch {
+                node: node as u32,
+                idx,
+                slot,
+                key: key.clone(),
+                ticket,
+                flight: None,
+                result: None,
+            }));
+        }
+        self.pending.push(Pending::Mget(items));
+    }
+
+    /// What a command makes the L1 drop (`None` for reads), applied now, in
+    /// command order, before the next command of the pipeline is answered.
+    pub(super) fn write_invalidation(
+        &mut self,
+        info: &CommandInfo,
+        args: &[Bytes],
+    ) -> Option<Inval> {
+        if !self.shared.l1.enabled() || !(info.flags.write || SCRIPTS.contains(&info.name.as_str()))
+        {
+            return None;
+        }
+        self.batch_writes = true;
+        let inval = if CLEARS_ALL.contains(&info.name.as_str()) {
+            Inval::All
+        } else {
+            self.keys.clear();
+            match info.keys(args, &mut self.keys) {
+                Ok(true) if !self.keys.is_empty() => {
+                    Inval::Keys(self.keys.iter().map(|&i| args[i].clone()).collect())
+                }
+                // Wrong arity: upstream will refuse it; nothing changes.
+                Err(crate::cmd::table::KeysError::Invalid) => return None,
+                // Keys unknown or incomplete, or a keyless write: be safe.
+                _ => Inval::All,
+            }
+        };
+        self.apply(&inval);
+        Some(inval)
+    }
+
+    /// Drops what `inval` names from the L1.
+    pub(super) fn apply(&self, inval: &Inval) {
+        match inval {
+            Inval::Keys(keys) => {
+                for k in keys {
+                    self.shared.invalidate(self.st.db, k);
+                }
+            }
+            Inval::All => self.shared.invalidate_all(),
+        }
+    }
+}

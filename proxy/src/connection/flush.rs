@@ -1,0 +1,377 @@
+//! Resolving a batch: one pipelined submit per node, then replies written
+//! in request order.
+//!
+//! Two passes. The *publish* pass finishes every fetch this client leads
+//! (fill the L1, publish to coalesced readers) as soon as upstream answered,
+//! before anything waits on another client: a client never waits on a
+//! flight while holding one that others wait on, so coalescing cannot
+//! deadlock. The *reply* pass then writes each reply in order, following
+//! cluster redirects and merging split commands.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use sidecache_pool::resp::{self, put_header, Value};
+use sidecache_pool::Proto;
+
+use super::{Client, Fetch, MgetItem, Pending, SCAN_SHARD_BITS};
+use crate::cmd::merge::{self, PartReply};
+use crate::flight::{self, Fetched};
+use crate::resp::reply::Reply;
+
+impl Client {
+    /// Sends the batch's upstream work, waits for it, and writes every
+    /// pending reply to `wbuf` in request order.
+    pub(super) async fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let session = self.session();
+        let hint = self.hint();
+        for (i, b) in self.builders.iter_mut().enumerate() {
+            if b.count == 0 {
+                continue;
+            }
+            let payload = b.buf.split().freeze();
+            let count = std::mem::take(&mut b.count);
+            let Some(node) = self.topo.nodes().get(i) else {
+                b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
+                continue;
+            };
+            match node.conn(session, hint) {
+                Some(conn) => match conn.submit(payload, count).await {
+                    Ok(rx) => b.rx = Some(rx),
+                    Err(e) => b.result = Some(Err(e)),
+                },
+                None => {
+                    b.result = Some(Err(sidecache_pool::Error::Config(
+                        "database out of range".into(),
+                    )))
+                }
+            }
+        }
+        for b in self.builders.iter_mut() {
+            if let Some(rx) = b.rx.take() {
+                b.result = Some(rx.await.unwrap_or(Err(sidecache_pool::Error::Closed)));
+            }
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        // Publish pass.
+        for p in pending.iter_mut() {
+            match p {
+                Pending::Fetch(f) => self.finish_fetch(f).await,
+                Pending::Mget(items) => {
+                    for item in items.iter_mut() {
+                        if let MgetItem::Fetch(f) = item {
+                            self.finish_fetch(f).await;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Reply pass.
+        let mut errors = 0u64;
+        let proto = self.st.proto;
+        for p in pending.drain(..) {
+            match p {
+                Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
+                Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
+                Pending::Fetch(f) => write_fetched(&mut self.wbuf, proto, f.result.as_ref()),
+                Pending::Join(rx) => {
+                    let r = flight::wait(rx).await;
+                    write_fetched(&mut self.wbuf, proto, r.as_ref());
+                }
+                Pending::Mget(items) => {
+                    // MGET answers nil for a key of another type (where GET
+                    // says WRONGTYPE); any other failure fails the whole MGET.
+                    let failed = items.iter().find_map(|i| match i {
+                        MgetItem::Fetch(f) => match &f.result {
+                            Some(Fetched::Error(e)) if !e.starts_with(b"-WRONGTYPE") => {
+                                Some(e.clone())
+                            }
+                            None => Some(Bytes::from_static(b"-ERR upstream fetch failed\r\n")),
+                            _ => None,
+                        },
+                        MgetItem::Hit(_) => None,
+                    });
+                    if let Some(e) = failed {
+                        errors += 1;
+                        self.wbuf.put_slice(&e);
+                        continue;
+                    }
+                    put_header(&mut self.wbuf, b'*', items.len() as i64);
+                    for i in items {
+                        match i {
+                            MgetItem::Hit(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
+                            MgetItem::Fetch(f) => match &f.result {
+                                Some(Fetched::Error(_)) => write_value(&mut self.wbuf, proto, None),
+                                r => write_fetched(&mut self.wbuf, proto, r.as_ref()),
+                            },
+                        }
+                    }
+                }
+                Pending::Invalidate(inval) => self.apply(&inval),
+                Pending::Up {
+                    node,
+                    idx,
+                    slot,
+                    cmd,
+                } => match self.reply_of(node, idx, slot, &cmd).await {
+                    Ok(f) => self.wbuf.put_slice(&f),
+                    Err(e) => {
+                        errors += 1;
+                        upstream_error(&mut self.wbuf, &e);
+                    }
+                },
+                Pending::Merge { kind, parts, nkeys } => {
+                    let mut replies = Vec::with_capacity(parts.len());
+                    let mut failed = None;
+                    for part in &parts {
+                        match self
+                            .reply_of(part.node, part.idx, part.slot, &part.cmd)
+                            .await
+                        {
+                            Ok(f) => replies.push(PartReply {
+                                frame: f,
+                                positions: &part.positions,
+                            }),
+                            Err(e) => {
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    match failed {
+                        Some(e) => {
+                            errors += 1;
+                            upstream_error(&mut self.wbuf, &e);
+                        }
+                        None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
+                    }
+                }
+                Pending::Scan {
+                    node,
+                    idx,
+                    cmd,
+                    shard,
+                    nshards,
+                } => match self.reply_of(node, idx, None, &cmd).await {
+                    Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
+                    Err(e) => {
+                        errors += 1;
+                        upstream_error(&mut self.wbuf, &e);
+                    }
+                },
+                Pending::Info { upstream, proxy } => {
+                    let body = match upstream {
+                        Some((node, idx)) => {
+                            match self.reply_of(node, idx, None, &Bytes::new()).await {
+                                Ok(f) => Ok(Value::decode(&f).ok().and_then(|v| match v {
+                                    Value::Bulk(b) | Value::Verbatim(b) => Some(b),
+                                    _ => None,
+                                })),
+                                Err(e) => Err(e),
+                            }
+                        }
+                        None => Ok(None),
+                    };
+                    match body {
+                        Err(e) => upstream_error(&mut self.wbuf, &e),
+                        Ok(body) => {
+                            let mut text = if proxy {
+                                self.proxy_section().into_bytes()
+                            } else {
+                                Vec::new()
+                            };
+                            if let Some(b) = body {
+                                if proxy && !b.is_empty() {
+                                    text.extend_from_slice(b"\r\n");
+                                }
+                                text.extend_from_slice(&b);
+                            }
+                            Reply {
+                                out: &mut self.wbuf,
+                                proto,
+                            }
+                            .verbatim(&text);
+                        }
+                    }
+                }
+            }
+        }
+        self.pending = pending;
+        self.scratch.clear();
+        for b in self.builders.iter_mut() {
+            b.result = None;
+        }
+        let stats = &self.shared.stats;
+        stats
+            .commands
+            .fetch_add(std::mem::take(&mut self.commands), Ordering::Relaxed);
+        if errors > 0 {
+            stats.upstream_errors.fetch_add(errors, Ordering::Relaxed);
+        }
+        self.batch_bytes = 0;
+        self.batch_writes = false;
+        // Pick up topology changes between batches.
+        self.topo = self.shared.upstream.topology();
+    }
+
+    /// Takes a fetch's GET and PTTL replies, fills the L1 when allowed, and
+    /// publishes the result to coalesced readers.
+    async fn finish_fetch(&mut self, f: &mut Fetch) {
+        let got = self.take_frame(f.node, f.idx);
+        let pttl = self.take_frame(f.node, f.idx + 1);
+        let result = match got {
+            Err(e) => Fetched::Error(error_frame(&e)),
+            Ok(frame) if resp::error_text(&frame).is_some() && self.topo.is_cluster() => {
+                // A redirect (or another error): follow it for the GET alone
+                // and do not fill; the next read will.
+                let mut cmd = BytesMut::new();
+                resp::encode_command(&mut cmd, &[b"GET".as_slice(), &f.key]);
+                match self
+                    .shared
+                    .upstream
+                    .follow(self.session(), self.hint(), f.slot, &cmd.freeze(), frame)
+                    .await
+                {
+                    Ok(frame) => fetched(&frame),
+                    Err(e) => Fetched::Error(error_frame(&e)),
+                }
+            }
+            Ok(frame) => {
+                let r = fetched(&frame);
+                let pttl = pttl.ok().and_then(|p| match Value::decode(&p) {
+                    Ok(Value::Int(n)) => Some(n),
+                    _ => None,
+                });
+                if let (Fetched::Value(v), Some(ticket), Some(pttl)) = (&r, f.ticket, pttl) {
+                    self.shared.l1.complete_fill(
+                        ticket,
+                        self.st.db,
+                        f.key.clone(),
+                        v.clone(),
+                        pttl,
+                    );
+                }
+                r
+            }
+        };
+        if let Some(flight) = f.flight.take() {
+            flight.publish(result.clone());
+            self.shared.flights.land(self.st.db, &f.key, &flight);
+        }
+        f.result = Some(result);
+    }
+
+    /// Takes one reply frame out of a node's results.
+    fn take_frame(&mut self, node: u32, idx: u32) -> sidecache_pool::Result<Bytes> {
+        let frame = match self
+            .builders
+            .get_mut(node as usize)
+            .and_then(|b| b.result.as_mut())
+        {
+            Some(Ok(frames)) => frames
+                .get_mut(idx as usize)
+                .map(std::mem::take)
+                .unwrap_or_default(),
+            Some(Err(e)) => return Err(e.clone()),
+            None => return Err(sidecache_pool::Error::Closed),
+        };
+        if frame.is_empty() {
+            return Err(sidecache_pool::Error::Closed);
+        }
+        Ok(frame)
+    }
+
+    /// The final reply of one queued command, following cluster redirects.
+    async fn reply_of(
+        &mut self,
+        node: u32,
+        idx: u32,
+        slot: Option<sidecache_pool::Slot>,
+        cmd: &Bytes,
+    ) -> sidecache_pool::Result<Bytes> {
+        let frame = self.take_frame(node, idx)?;
+        if !self.topo.is_cluster() || resp::error_text(&frame).is_none() || cmd.is_empty() {
+            return Ok(frame);
+        }
+        self.shared
+            .upstream
+            .follow(self.session(), self.hint(), slot, cmd, frame)
+            .await
+    }
+}
+
+/// A GET reply as a protocol-independent result.
+fn fetched(frame: &Bytes) -> Fetched {
+    match Value::decode(frame) {
+        Ok(Value::Bulk(b)) => Fetched::Value(Some(b)),
+        Ok(Value::Nil) => Fetched::Value(None),
+        _ => Fetched::Error(frame.clone()),
+    }
+}
+
+fn write_value(out: &mut BytesMut, proto: Proto, v: Option<&Bytes>) {
+    match v {
+        Some(b) => resp::put_bulk(out, b),
+        None if proto == Proto::Resp3 => out.put_slice(b"_\r\n"),
+        None => out.put_slice(b"$-1\r\n"),
+    }
+}
+
+fn write_fetched(out: &mut BytesMut, proto: Proto, r: Option<&Fetched>) {
+    match r {
+        Some(Fetched::Value(v)) => write_value(out, proto, v.as_ref()),
+        Some(Fetched::Error(e)) => out.put_slice(e),
+        None => out.put_slice(b"-ERR upstream fetch was abandoned\r\n"),
+    }
+}
+
+fn error_frame(e: &sidecache_pool::Error) -> Bytes {
+    let mut b = BytesMut::new();
+    upstream_error(&mut b, e);
+    b.freeze()
+}
+
+/// Writes an upstream failure as a Redis error reply.
+pub(super) fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
+    let text = e.to_string().replace(['\r', '\n'], " ");
+    out.put_slice(b"-ERR ");
+    out.put_slice(text.as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// Rewrites a SCAN reply's cursor to encode the master index.
+fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
+    let Ok(Some(els)) = resp::array_elements(frame) else {
+        out.put_slice(frame);
+        return;
+    };
+    let up = els
+        .first()
+        .and_then(|c| Value::decode(c).ok())
+        .and_then(|v| {
+            v.as_bytes()
+                .and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok())
+        });
+    let (Some(up), 2) = (up, els.len()) else {
+        out.put_slice(frame);
+        return;
+    };
+    let next = if up != 0 {
+        if up >> (64 - SCAN_SHARD_BITS) != 0 {
+            out.put_slice(b"-ERR sidecache: upstream SCAN cursor too large to encode\r\n");
+            return;
+        }
+        (up << SCAN_SHARD_BITS) | shard
+    } else if shard + 1 < nshards {
+        shard + 1
+    } else {
+        0
+    };
+    put_header(out, b'*', 2);
+    resp::put_bulk(out, next.to_string().as_bytes());
+    out.put_slice(&els[1]);
+}
