@@ -45,10 +45,13 @@ impl Flight {
 /// A joined flight's result, awaited in request order.
 pub type Joined = watch::Receiver<Option<Fetched>>;
 
+/// One lock shard: flights by (database, key).
+type Shard = Mutex<HashMap<(u16, Bytes), Arc<Flight>>>;
+
 /// The registry of flights.
 #[derive(Debug)]
 pub struct Flights {
-    shards: Box<[Mutex<HashMap<(u16, Bytes), Arc<Flight>>>]>,
+    shards: Box<[Shard]>,
 }
 
 impl Default for Flights {
@@ -69,7 +72,7 @@ pub enum Role {
 }
 
 impl Flights {
-    fn shard(&self, db: u16, key: &[u8]) -> &Mutex<HashMap<(u16, Bytes), Arc<Flight>>> {
+    fn shard(&self, db: u16, key: &[u8]) -> &Shard {
         let mut h: u32 = 2_166_136_261 ^ u32::from(db);
         for &b in key {
             h = (h ^ u32::from(b)).wrapping_mul(16_777_619);
