@@ -116,19 +116,20 @@ fn keynum_and_keyword() {
         keys(&zu, "ZUNIONSTORE d 2 a b WEIGHTS 1 2"),
         Ok(vec![1, 3, 4])
     );
-    // SORT-like unknown spec with movable keys cannot be expressed.
-    let mut sort = info(
-        -2,
-        1,
-        1,
-        1,
-        vec![KeySpec {
-            begin: BeginSearch::Unknown,
-            find: FindKeys::Unknown,
-        }],
-    );
+    // SORT: the first key is expressible, the STORE target is not.
+    let unknown = KeySpec {
+        begin: BeginSearch::Unknown,
+        find: FindKeys::Unknown,
+    };
+    let mut sort = info(-2, 1, 1, 1, vec![range(1, 0, 1, 0), unknown.clone()]);
     sort.flags.movablekeys = true;
-    assert_eq!(keys(&sort, "SORT k STORE d"), Err(KeysError::Unknown));
+    assert_eq!(keys(&sort, "SORT k STORE d"), Ok(vec![1]));
+    assert!(!complete(&sort, "SORT k STORE d"));
+    assert!(complete(&zu, "ZUNIONSTORE d 2 a b"));
+    // Nothing expressible and movable: unknown.
+    let mut opaque = info(-2, 0, 0, 0, vec![unknown]);
+    opaque.flags.movablekeys = true;
+    assert_eq!(keys(&opaque, "X a"), Err(KeysError::Unknown));
 }
 
 #[test]
