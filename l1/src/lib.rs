@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //! - [`config`]: [`L1Config`] (capacity, value size limit, TTL cap, key filters).
-//! - [`cache`]: [`L1`], the Moka cache with per-entry expiry and the fill guard.
+//! - [`cache`]: [`L1`], the byte-bounded store with per-entry deadlines and the fill guard.
 //! - [`stats`]: lock-free counters and their snapshot.
 
 pub mod cache;

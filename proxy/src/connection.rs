@@ -140,6 +140,8 @@ pub struct Client {
     /// Whether this batch holds a write not yet acknowledged upstream: its
     /// reads must not join other clients' fetches.
     batch_writes: bool,
+    /// The clock, read once per batch for L1 deadlines.
+    now: Option<std::time::Instant>,
 }
 
 enum Flow {
@@ -184,6 +186,7 @@ impl Client {
             batch_bytes: 0,
             commands: 0,
             batch_writes: false,
+            now: None,
         }
     }
 

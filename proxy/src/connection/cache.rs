@@ -48,11 +48,17 @@ impl Client {
         idx
     }
 
+    /// The batch's clock.
+    fn now(&mut self) -> std::time::Instant {
+        *self.now.get_or_insert_with(std::time::Instant::now)
+    }
+
     /// GET with the L1 on.
     pub(super) fn get(&mut self, req: &Request) {
         let key = &req.args[1];
         let db = self.st.db;
-        let lookup = self.shared.l1.get(db, key);
+        let now = self.now();
+        let lookup = self.shared.l1.get_at(db, key, now);
         let (node, slot) = match self.route_key(key) {
             Ok(r) => r,
             Err(e) => return self.slot_error(&e),
@@ -87,8 +93,9 @@ impl Client {
     pub(super) fn mget(&mut self, req: &Request) {
         let db = self.st.db;
         let mut items = Vec::with_capacity(req.args.len() - 1);
+        let now = self.now();
         for key in &req.args[1..] {
-            let lookup = self.shared.l1.get(db, key);
+            let lookup = self.shared.l1.get_at(db, key, now);
             if let Lookup::Hit(v) = lookup {
                 items.push(MgetItem::Hit(v));
                 continue;

@@ -214,6 +214,7 @@ impl Client {
         }
         self.batch_bytes = 0;
         self.batch_writes = false;
+        self.now = None;
         // Pick up topology changes between batches.
         self.topo = self.shared.upstream.topology();
     }
