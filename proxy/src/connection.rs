@@ -488,6 +488,33 @@ impl Client {
     }
 }
 
+/// A client stream: TCP or Unix.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// Marks the stream not readable without a syscall, after a read that
+    /// did not fill the buffer (the socket is almost surely drained). The
+    /// next read then waits for the poller instead of paying a `read` that
+    /// returns `EAGAIN` — one syscall saved per request at pipeline depth 1.
+    /// If data arrived meanwhile, the poller has a newer readiness event and
+    /// nothing is cleared (tokio clears only the tick it observed).
+    fn clear_read_ready(&self);
+}
+
+impl ClientStream for tokio::net::TcpStream {
+    fn clear_read_ready(&self) {
+        let _ = self.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+        });
+    }
+}
+
+impl ClientStream for tokio::net::UnixStream {
+    fn clear_read_ready(&self) {
+        let _ = self.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+        });
+    }
+}
+
 /// Serves one client until it quits, errs, or shutdown is requested.
 pub async fn serve<S>(
     mut stream: S,
@@ -496,7 +523,7 @@ pub async fn serve<S>(
     laddr: String,
     shutdown: CancellationToken,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: ClientStream,
 {
     let limits = Limits {
         max_bulk: shared.config.proto_max_bulk_len,
@@ -552,7 +579,13 @@ pub async fn serve<S>(
             _ = shutdown.cancelled() => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(n) => {
+                    if rbuf.capacity() > rbuf.len() {
+                        // Short read: drained.
+                        let _ = n;
+                        stream.clear_read_ready();
+                    }
+                }
             },
         }
     }

@@ -219,7 +219,7 @@ fn spawn_client<S>(
     tracker: &TaskTracker,
     slots: &Arc<Semaphore>,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: connection::ClientStream + Send + 'static,
 {
     shared
         .stats
