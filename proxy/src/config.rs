@@ -511,6 +511,40 @@ mod tests {
     }
 
     #[test]
+    fn example_file_is_valid() {
+        let text = include_str!("../../deploy/sidecache.toml.example");
+        let o: Options = toml::from_str(text).expect("example parses with every key known");
+        let c = Config::from_options(o).expect("example validates");
+        assert_eq!(c.l1.max_bytes, 256 * 1024 * 1024);
+    }
+
+    #[test]
+    fn l1_options() {
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "redis://h",
+            "--l1-max-bytes",
+            "0",
+            "--l1-ttl-cap",
+            "5",
+            "--l1-include-prefix",
+            "a:",
+            "--l1-include-prefix",
+            "b:",
+            "--l1-cache-nil",
+            "1",
+        ]))
+        .expect("valid");
+        assert_eq!(c.l1.max_bytes, 0);
+        assert_eq!(c.l1.ttl_cap, Duration::from_secs(5));
+        assert_eq!(c.l1.include_prefixes, vec![b"a:".to_vec(), b"b:".to_vec()]);
+        assert_eq!(c.l1.cache_nil, Some(Duration::from_secs(1)));
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--l1-ttl-cap", "0"]))
+            .expect_err("bad");
+        assert_eq!(e.key, "--l1-ttl-cap");
+    }
+
+    #[test]
     fn file_fills_gaps_flags_win() {
         let file: Options = toml::from_str(
             "listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n",
