@@ -17,7 +17,9 @@
 #
 # Knobs (environment variables):
 #   N=200000          requests per redis-benchmark run
-#   TESTS=get,set     redis-benchmark -t list
+#   TESTS=set,get     redis-benchmark tests, run one -t at a time in this order
+#   WARM=1            before each GET run, read every key once through the
+#                     target (redis-cli --pipe), so caches are measured warm
 #   ROUNDS=3          rounds; the median over rounds is reported
 #   PIPELINES="1 16"  pipeline depths (-P) to run
 #   CLIENTS=50        parallel connections (-c)
@@ -47,7 +49,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 
 N="${N:-200000}"
-TESTS="${TESTS:-get,set}"
+TESTS="${TESTS:-set,get}"
 ROUNDS="${ROUNDS:-3}"
 PIPELINES="${PIPELINES:-1 16}"
 CLIENTS="${CLIENTS:-50}"
@@ -80,7 +82,7 @@ for p in "${PIPELINE_LIST[@]}"; do
   [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "PIPELINES entries must be positive integers, not '$p'"
 done
 read -r -a EXTRA_SIDECACHE_ARGS <<<"$SIDECACHE_ARGS"
-BENCH_COMMON=(-c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" -n "$N" -q --csv -t "$TESTS")
+BENCH_COMMON=(-c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" -n "$N" -q --csv)
 if [[ -n "$THREADS" ]]; then
   [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "THREADS must be a positive integer, not '$THREADS'"
   BENCH_COMMON+=(--threads "$THREADS")
@@ -319,14 +321,30 @@ fi
 RAW="$WORKDIR/raw.csv"
 echo "round,target,pipeline,test,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$RAW"
 
-run_one() { # run_one ROUND TARGET PIPELINE
-  local round="$1" target="$2" pipeline="$3" out extra=()
-  out="$WORKDIR/run-$round-$target-P$pipeline.csv"
+WARM="${WARM:-1}"
+WARM_FILE="$WORKDIR/warm.txt"
+if [[ "$WARM" == 1 ]]; then
+  # One GET of every key in the keyspace, in redis-benchmark's key format.
+  awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' >"$WARM_FILE"
+fi
+
+# warm TARGET: read every key once through the target before a GET run, so
+# that a caching proxy is measured warm (as its users run it) and every
+# target sees the same load.
+warm() {
+  [[ "$WARM" == 1 ]] || return 0
+  timeout "$RUN_TIMEOUT" redis-cli -h 127.0.0.1 -p "${PORT[$1]}" --pipe <"$WARM_FILE" >/dev/null 2>>"$WORKDIR/redis-benchmark.log" ||
+    log "  WARNING: warm-up of $1 failed"
+}
+
+run_one() { # run_one ROUND TARGET PIPELINE TEST
+  local round="$1" target="$2" pipeline="$3" test="$4" out extra=()
+  out="$WORKDIR/run-$round-$target-P$pipeline-$test.csv"
   read -r -a extra <<<"${BENCH_EXTRA[$target]}"
   # In the background + wait, so that a signal to this script is handled at
   # once (bash runs traps only between foreground commands).
   timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" "${extra[@]}" \
-    "${BENCH_COMMON[@]}" -P "$pipeline" >"$out" 2>>"$WORKDIR/redis-benchmark.log" &
+    "${BENCH_COMMON[@]}" -t "$test" -P "$pipeline" >"$out" 2>>"$WORKDIR/redis-benchmark.log" &
   BENCH_PID=$!
   local rc=0
   wait "$BENCH_PID" || rc=$?
@@ -342,7 +360,8 @@ run_one() { # run_one ROUND TARGET PIPELINE
     awk -F, '{ printf "[bench]   %-9s -P %-3s %-6s %12.0f rps  p50 %s ms\n", $2, $3, $4, $5, $8 }' >&2
 }
 
-log "targets: ${TARGETS[*]}; tests: $TESTS; pipelines: ${PIPELINE_LIST[*]}; rounds: $ROUNDS; n=$N c=$CLIENTS d=$DATA_SIZE r=$KEYSPACE threads=${THREADS:-1}"
+IFS=, read -r -a TEST_LIST <<<"$TESTS"
+log "targets: ${TARGETS[*]}; tests: $TESTS; warm L1 before GET: $WARM; pipelines: ${PIPELINE_LIST[*]}; rounds: $ROUNDS; n=$N c=$CLIENTS d=$DATA_SIZE r=$KEYSPACE threads=${THREADS:-1}"
 for ((round = 1; round <= ROUNDS; round++)); do
   log "round $round/$ROUNDS"
   for pipeline in "${PIPELINE_LIST[@]}"; do
@@ -352,8 +371,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
       for pid in "${PIDS[@]}"; do
         kill -0 "$pid" 2>/dev/null || die "a benchmarked process (pid $pid) has exited; see logs in $WORKDIR"
       done
-      run_one "$round" "$target" "$pipeline"
-      sleep "$PAUSE"
+      for test in "${TEST_LIST[@]}"; do
+        [[ "$test" == get ]] && warm "$target"
+        run_one "$round" "$target" "$pipeline" "$test"
+        sleep "$PAUSE"
+      done
     done
   done
 done
@@ -395,7 +417,7 @@ elif [[ "$SKIP_BUILD" == 1 || "$SIDECACHE_BIN" != "$SIDECACHE_BIN_DEFAULT" ]]; t
 fi
 {
   echo "Run $(date -u +%Y-%m-%dT%H:%M:%SZ), sidecache $GIT_REV, topology $TOPOLOGY, $(nproc) CPUs, $(redis-server --version | awk '{print $3}' | tr -d 'v=')."
-  echo "redis-benchmark ${BENCH_COMMON[*]} -P {${PIPELINE_LIST[*]}}; median of $ROUNDS rounds."
+  echo "redis-benchmark ${BENCH_COMMON[*]} -t {$TESTS} -P {${PIPELINE_LIST[*]}}; median of $ROUNDS rounds; warm-up read of every key before GET runs: $WARM."
   echo
   echo "| test | pipeline | redis rps | sidecache rps | twemproxy rps | sidecache/redis | twemproxy/redis |"
   echo "|---|---:|---:|---:|---:|---:|---:|"
