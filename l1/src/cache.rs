@@ -326,6 +326,36 @@ impl L1 {
         true
     }
 
+    /// Caches a value the proxy itself wrote (write-behind): the written
+    /// value is the key's value from now on, until `deadline`. Like an
+    /// invalidation, it discards fills in flight. Returns whether it was
+    /// cached (a filtered key or an oversized value is only invalidated).
+    pub fn insert_written(&self, db: u16, key: &Bytes, value: &Bytes, deadline: Instant) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
+        let now = Instant::now();
+        if !self.cfg.key_allowed(key)
+            || value.len() as u64 > self.cfg.max_value_bytes
+            || deadline <= now
+        {
+            cache.remove(&KeyRef { db, key });
+            Stats::add(&self.stats.invalidations, 1);
+            return false;
+        }
+        let deadline = deadline.min(now + self.cfg.ttl_cap);
+        cache.insert(
+            CacheKey::new(db, key),
+            Entry {
+                value: Some(Bytes::copy_from_slice(value)),
+                deadline,
+            },
+        );
+        Stats::add(&self.stats.writes, 1);
+        true
+    }
+
     /// Drops a key (a write through the proxy touched it).
     pub fn invalidate(&self, db: u16, key: &Bytes) {
         let Some(cache) = &self.cache else { return };
@@ -392,6 +422,26 @@ mod tests {
         let t = c.begin_fill(0, b"k");
         c.clear();
         assert!(!c.complete_fill(t, 0, b("k"), Some(b("old")), -1));
+    }
+
+    #[test]
+    fn written_values_are_served_and_discard_fills() {
+        let c = l1(1 << 20);
+        let t = c.begin_fill(0, b"k");
+        assert!(c.insert_written(
+            0,
+            &b("k"),
+            &b("new"),
+            Instant::now() + Duration::from_secs(5)
+        ));
+        assert!(
+            !c.complete_fill(t, 0, b("k"), Some(b("old")), -1),
+            "fill raced the write"
+        );
+        assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("new"))));
+        // Already expired: not cached, and the old entry is gone.
+        assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now()));
+        assert_eq!(c.get(0, &b("k")), Lookup::Miss);
     }
 
     #[test]

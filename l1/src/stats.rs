@@ -11,6 +11,7 @@ pub struct Stats {
     pub(crate) fills_discarded: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) invalidations: AtomicU64,
+    pub(crate) writes: AtomicU64,
 }
 
 impl Stats {
@@ -34,6 +35,8 @@ pub struct StatsSnapshot {
     pub evictions: u64,
     /// Keys invalidated by writes.
     pub invalidations: u64,
+    /// Values cached from the proxy's own writes (write-behind).
+    pub writes: u64,
     /// Weighted bytes held.
     pub bytes: u64,
     /// Entries held.
@@ -50,6 +53,7 @@ impl Stats {
             fills_discarded: l(&self.fills_discarded),
             evictions: l(&self.evictions),
             invalidations: l(&self.invalidations),
+            writes: l(&self.writes),
             bytes,
             entries,
         }

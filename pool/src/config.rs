@@ -184,6 +184,8 @@ pub struct UpstreamConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// Largest reply bulk accepted from upstream.
     pub max_reply_bulk: usize,
+    /// Write-behind batching and queue bounds.
+    pub write: crate::write_behind::WriteConfig,
 }
 
 impl Default for UpstreamConfig {
@@ -196,6 +198,7 @@ impl Default for UpstreamConfig {
             refresh_interval: Duration::from_secs(30),
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,
+            write: crate::write_behind::WriteConfig::default(),
         }
     }
 }

@@ -73,6 +73,21 @@ pub enum Error {
     /// TLS setup failed.
     #[error("TLS: {0}")]
     Tls(Arc<str>),
+    /// The write-behind queue stayed full.
+    #[error("write-behind queue full: {max} writes queued (--write-queue-max) for {waited:?} (--write-queue-timeout)")]
+    QueueFull {
+        /// The configured maximum.
+        max: usize,
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
+    /// A command had to wait for earlier write-behind writes to its node,
+    /// and they were not flushed in time.
+    #[error("upstream {addr}: earlier writes are not flushed yet (upstream unavailable?)")]
+    WritesPending {
+        /// `host:port` of the node.
+        addr: String,
+    },
     /// The pool is shutting down.
     #[error("upstream pool is shut down")]
     Closed,

@@ -15,6 +15,8 @@
 //! - [`topology`]: the slot → node map, replaced whole on refresh.
 //! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
 //! - [`upstream`]: the router tying it together.
+//! - [`write_behind`]: acknowledged writes queued per (node, database) and
+//!   flushed in pipelined batches, in order, with retries and a drain.
 //!
 //! Connections are multiplexed rather than checked out of a pool: an
 //! exclusive checkout per command would cap concurrency at the pool size and
@@ -31,8 +33,10 @@ pub mod resp;
 pub mod slot;
 pub mod topology;
 pub mod upstream;
+pub mod write_behind;
 
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 pub use error::{Error, Result, Side};
 pub use slot::Slot;
 pub use upstream::{ServerInfo, Target, Upstream};
+pub use write_behind::{DrainReport, Write, WriteConfig, WriteListener};

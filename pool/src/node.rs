@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::Connector;
 use crate::mux::MuxConn;
+use crate::write_behind::WriteQueue;
 
 /// An upstream node (a master).
 #[derive(Debug)]
@@ -15,6 +16,8 @@ pub struct Node {
     pool_size: usize,
     /// Index `db * 2 + proto`.
     pools: Box<[OnceLock<Box<[MuxConn]>>]>,
+    /// Write-behind queue per database, started on first write.
+    writers: Box<[OnceLock<WriteQueue>]>,
 }
 
 impl Node {
@@ -28,11 +31,15 @@ impl Node {
         let pools = (0..usize::from(databases.max(1)) * 2)
             .map(|_| OnceLock::new())
             .collect();
+        let writers = (0..usize::from(databases.max(1)))
+            .map(|_| OnceLock::new())
+            .collect();
         Node {
             addr,
             connector,
             pool_size: pool_size.max(1),
             pools,
+            writers,
         }
     }
 
@@ -44,6 +51,20 @@ impl Node {
     /// Number of databases this node accepts in SELECT.
     pub fn databases(&self) -> u16 {
         (self.pools.len() / 2) as u16
+    }
+
+    /// The write-behind queue of `db`, if writes were ever queued there.
+    pub fn write_queue(&self, db: u16) -> Option<&WriteQueue> {
+        self.writers.get(usize::from(db))?.get()
+    }
+
+    /// The write-behind queue of `db`, started with `start` on first use.
+    pub(crate) fn write_queue_or(
+        &self,
+        db: u16,
+        start: impl FnOnce() -> WriteQueue,
+    ) -> Option<&WriteQueue> {
+        Some(self.writers.get(usize::from(db))?.get_or_init(start))
     }
 
     /// The connection for `session`; `hint` spreads clients over the pool

@@ -13,12 +13,14 @@ use tracing::{info, warn};
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::{expect_ok, Connector};
 use crate::error::{Error, Result};
+use crate::mux::MuxConn;
 use crate::mux::Replies;
 use crate::node::Node;
 use crate::redirect::{self, Action};
 use crate::resp::{self, Value};
 use crate::slot::Slot;
 use crate::topology::{self, Topology};
+use crate::write_behind::{Write, WriteBehind, WriteQueue};
 
 /// Facts about the upstream read at start-up.
 #[derive(Debug, Clone)]
@@ -50,6 +52,7 @@ struct Inner {
     nodes: Mutex<HashMap<NodeAddr, Arc<Node>>>,
     refresh: Notify,
     closed: tokio_util_free::CancelFlag,
+    wb: WriteBehind,
 }
 
 /// Handle to the upstream; cheap to clone.
@@ -139,6 +142,7 @@ impl Upstream {
             nodes: Mutex::new(HashMap::new()),
             refresh: Notify::new(),
             closed: tokio_util_free::CancelFlag::default(),
+            wb: WriteBehind::new(cfg.write.clone()),
             cfg,
         });
         let up = Upstream { inner };
@@ -176,6 +180,38 @@ impl Upstream {
         if self.inner.info.cluster {
             self.inner.refresh.notify_one();
         }
+    }
+
+    /// Write-behind state and counters.
+    pub fn write_behind(&self) -> &WriteBehind {
+        &self.inner.wb
+    }
+
+    /// A connection of its own (not shared with clients), e.g. for a
+    /// write-behind batcher.
+    pub(crate) fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
+        MuxConn::spawn(Arc::clone(&self.inner.connector), addr.clone(), session)
+    }
+
+    /// Queues an acknowledged write for `node` (after a permit from
+    /// [`WriteBehind::reserve`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a database out of range, [`Error::Closed`]
+    /// when shutting down.
+    pub fn queue_write(
+        &self,
+        node: &Node,
+        write: Write,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<()> {
+        let db = write.db;
+        let q = node
+            .write_queue_or(db, || {
+                WriteQueue::spawn(self.clone(), node.addr().clone(), db)
+            })
+            .ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
+        q.push(&self.inner.wb, write, permit)
     }
 
     /// Stops the background refresher.

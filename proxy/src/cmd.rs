@@ -5,3 +5,4 @@ pub mod handling;
 pub mod local;
 pub mod merge;
 pub mod table;
+pub mod write;

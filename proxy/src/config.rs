@@ -38,6 +38,16 @@ pub enum ModeArg {
     Cluster,
 }
 
+/// How SETs are acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    /// `+OK` once the value is in the L1 and the write is queued.
+    WriteBehind,
+    /// `+OK` once upstream acknowledged the write.
+    WriteThrough,
+}
+
 /// Every option, as given (all optional so that sources can be merged).
 #[derive(Debug, Default, Parser, Deserialize)]
 #[command(
@@ -157,6 +167,28 @@ pub struct Options {
     )]
     pub l1_include_prefix: Vec<String>,
 
+    /// write-behind acknowledges plain SET/SETEX/PSETEX/MSET from memory and
+    /// flushes them in batches; write-through waits for upstream [default: write-behind].
+    #[arg(long, env = "SIDECACHE_WRITE_MODE", value_enum)]
+    pub write_mode: Option<WriteMode>,
+
+    /// Most writes in one upstream pipeline [default: 200].
+    #[arg(long, env = "SIDECACHE_WRITE_BATCH", value_name = "N")]
+    pub write_batch: Option<usize>,
+
+    /// Longest a queued write waits for its batch to fill, seconds; 0 sends
+    /// as soon as the previous batch is acknowledged [default: 0].
+    #[arg(long, env = "SIDECACHE_WRITE_FLUSH_INTERVAL", value_name = "SECS")]
+    pub write_flush_interval: Option<f64>,
+
+    /// Most writes queued and not yet flushed; more wait [default: 100000].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_MAX", value_name = "N")]
+    pub write_queue_max: Option<usize>,
+
+    /// Seconds a write waits for queue space before `-ERR` [default: 5].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_TIMEOUT", value_name = "SECS")]
+    pub write_queue_timeout: Option<f64>,
+
     /// Never cache keys with this prefix (repeatable).
     #[arg(
         long,
@@ -209,6 +241,8 @@ pub struct Config {
     pub log_level: String,
     /// L1 cache settings.
     pub l1: L1Config,
+    /// How SETs are acknowledged.
+    pub write_mode: WriteMode,
 }
 
 impl Options {
@@ -238,6 +272,11 @@ impl Options {
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
+            write_mode: self.write_mode.or(file.write_mode),
+            write_batch: self.write_batch.or(file.write_batch),
+            write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
+            write_queue_max: self.write_queue_max.or(file.write_queue_max),
+            write_queue_timeout: self.write_queue_timeout.or(file.write_queue_timeout),
             l1_max_bytes: self.l1_max_bytes.or(file.l1_max_bytes),
             l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
             l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
@@ -316,7 +355,27 @@ impl Config {
         if pool_size == 0 || pool_size > 64 {
             return Err(err("--pool-size", "must be between 1 and 64"));
         }
+        let write_batch = o.write_batch.unwrap_or(200);
+        if write_batch == 0 || write_batch > 100_000 {
+            return Err(err("--write-batch", "must be between 1 and 100000"));
+        }
+        let write_queue_max = o.write_queue_max.unwrap_or(100_000);
+        if write_queue_max == 0 || write_queue_max > 100_000_000 {
+            return Err(err("--write-queue-max", "must be between 1 and 100000000"));
+        }
+        let write_flush_interval = match o.write_flush_interval {
+            Some(0.0) => Duration::ZERO,
+            Some(v) => secs("--write-flush-interval", Some(v), 0.0)?,
+            None => Duration::ZERO,
+        };
+        let write = sidecache_pool::WriteConfig {
+            batch: write_batch,
+            flush_interval: write_flush_interval,
+            queue_max: write_queue_max,
+            queue_timeout: secs("--write-queue-timeout", o.write_queue_timeout, 5.0)?,
+        };
         let upstream = UpstreamConfig {
+            write,
             seeds,
             mode: match o.mode.unwrap_or(ModeArg::Auto) {
                 ModeArg::Auto => Mode::Auto,
@@ -386,6 +445,7 @@ impl Config {
         };
         Ok(Config {
             l1,
+            write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
             listen,
             unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
             upstream,
@@ -423,7 +483,7 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={} l1_max_bytes={} l1_ttl_cap={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={} l1_max_bytes={} l1_ttl_cap={:?} write_mode={:?} write_batch={} write_queue_max={}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -433,6 +493,9 @@ impl Config {
             if self.requirepass.is_some() { "<set>" } else { "<none>" },
             self.l1.max_bytes,
             self.l1.ttl_cap,
+            self.write_mode,
+            self.upstream.write.batch,
+            self.upstream.write.queue_max,
         )
     }
 }

@@ -36,6 +36,7 @@ use sidecache_l1::FillTicket;
 use crate::cmd::handling::{Handling, Merge};
 use crate::cmd::local::{self, ClientState, Local, Outcome};
 use crate::cmd::table::lowercase;
+use crate::config::WriteMode;
 use crate::flight::{Fetched, Flight, Joined};
 use crate::resp::reply::Reply;
 use crate::resp::request::{Limits, Parser, Request};
@@ -43,6 +44,7 @@ use crate::state::{ClientEntry, Shared};
 
 mod cache;
 mod flush;
+mod write;
 
 /// Commands resolved together at most (bounds memory per client).
 pub const MAX_BATCH: usize = 4096;
@@ -273,6 +275,12 @@ impl Client {
             return Flow::Continue;
         };
         let cluster = self.topo.is_cluster();
+        if self.shared.config.write_mode == WriteMode::WriteBehind
+            && matches!(info.name.as_str(), "set" | "setex" | "psetex" | "mset")
+            && self.write_behind(&info.name, args).await
+        {
+            return Flow::Continue;
+        }
         let inval = self.write_invalidation(info, args);
         if info.name == "mget" && shared.l1.enabled() && args.len() >= 2 {
             self.mget(req);
@@ -465,6 +473,38 @@ impl Client {
             l1.fills_discarded,
             l1.evictions,
             l1.invalidations,
+        ) + &self.write_section()
+    }
+
+    fn write_section(&self) -> String {
+        let s = &self.shared;
+        let wb = s.upstream.write_behind();
+        let st = &wb.stats;
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let flushed = l(&st.flushed);
+        let sizes: Vec<String> = st.batch_sizes.iter().map(|b| l(b).to_string()).collect();
+        format!(
+            "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
+            match s.config.write_mode {
+                WriteMode::WriteBehind => "write-behind",
+                WriteMode::WriteThrough => "write-through",
+            },
+            wb.depth(),
+            wb.config().queue_max,
+            wb.config().batch,
+            l(&st.queued),
+            flushed,
+            l(&st.failed),
+            l(&st.refused),
+            l(&st.batches),
+            sizes[0],
+            sizes[1],
+            sizes[2],
+            sizes[3],
+            sizes[4],
+            l(&st.retries),
+            l(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
+            l(&st.latency_us_max),
         )
     }
 

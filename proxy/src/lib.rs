@@ -63,5 +63,12 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     let table =
         cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
     tracing::info!(commands = table.len(), cluster = upstream.is_cluster(), version = %upstream.server_info().version, "upstream ready");
-    Ok(Arc::new(Shared::new(upstream, table, config)))
+    let shared = Arc::new(Shared::new(upstream, table, config));
+    shared
+        .upstream
+        .write_behind()
+        .set_listener(Arc::new(state::InvalidateOnFailure(Arc::downgrade(
+            &shared,
+        ))));
+    Ok(shared)
 }

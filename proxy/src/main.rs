@@ -45,7 +45,13 @@ async fn start(config: Config) -> anyhow::Result<()> {
     let shared = sidecache::prepare(config)
         .await
         .context("cannot use upstream")?;
-    sidecache::run(listeners, shared, shutdown_signal()).await;
+    let report = sidecache::run(listeners, shared, shutdown_signal()).await;
+    if report.unflushed > 0 {
+        anyhow::bail!(
+            "{} acknowledged writes could not be flushed before the shutdown timeout",
+            report.unflushed
+        );
+    }
     Ok(())
 }
 

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use sidecache_pool::DrainReport;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::connection;
@@ -104,8 +105,14 @@ async fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, ListenError> 
     Ok(listener)
 }
 
-/// Serves clients until `shutdown` completes, then drains.
-pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
+/// Serves clients until `shutdown` completes, then drains: in-flight
+/// requests first, then the write-behind queue, all within
+/// `--shutdown-timeout`. Returns what the write-behind drain achieved.
+pub async fn run(
+    listeners: Listeners,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) -> DrainReport {
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(shared.config.maxclients));
@@ -190,6 +197,7 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
     });
 
     shutdown.await;
+    let deadline = tokio::time::Instant::now() + shared.config.shutdown_timeout;
     info!("shutting down: no longer accepting");
     cancel.cancel();
     let _ = tcp.await;
@@ -197,17 +205,37 @@ pub async fn run(listeners: Listeners, shared: Arc<Shared>, shutdown: impl Futur
         let _ = u.await;
     }
     tracker.close();
-    if tokio::time::timeout(shared.config.shutdown_timeout, tracker.wait())
+    if tokio::time::timeout_at(deadline, tracker.wait())
         .await
         .is_err()
     {
         warn!(timeout = ?shared.config.shutdown_timeout, "shutdown timeout: closing remaining connections");
+    }
+    let wb = shared.upstream.write_behind();
+    let queued = wb.depth();
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let report = wb.drain(left).await;
+    if report.unflushed == 0 {
+        info!(
+            queued_at_shutdown = queued,
+            flushed_total = report.flushed,
+            failed_total = report.failed,
+            "write-behind queue drained"
+        );
+    } else {
+        error!(
+            unflushed = report.unflushed,
+            flushed_total = report.flushed,
+            failed_total = report.failed,
+            "shutdown timeout: write-behind writes NOT flushed"
+        );
     }
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
     }
     shared.upstream.close();
     info!("sidecache stopped");
+    report
 }
 
 fn spawn_client<S>(

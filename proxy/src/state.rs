@@ -131,3 +131,18 @@ impl Shared {
         self.with_clients(|c| c.len())
     }
 }
+
+/// Drops from the L1 the keys of a write-behind write that failed for good,
+/// so the proxy stops serving a value upstream never got.
+#[derive(Debug)]
+pub struct InvalidateOnFailure(pub std::sync::Weak<Shared>);
+
+impl sidecache_pool::WriteListener for InvalidateOnFailure {
+    fn failed(&self, db: u16, keys: &[Bytes], _error: &str) {
+        if let Some(shared) = self.0.upgrade() {
+            for k in keys {
+                shared.invalidate(db, k);
+            }
+        }
+    }
+}

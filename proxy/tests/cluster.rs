@@ -11,6 +11,24 @@ use std::process::Command;
 use redis::AsyncCommands;
 use support::{raw, Cluster, Proxy};
 
+/// Waits until a node answers `want` (acknowledged writes reach upstream
+/// shortly after the acknowledgement with write-behind). Async: the proxy
+/// runs on the test's runtime.
+async fn eventually(port: u16, args: &[&str], want: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = cli(port, args);
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{args:?} on {port}: {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .arg("-p")
@@ -36,7 +54,7 @@ async fn routing_split_and_fan_out() {
     let _: () = c.mset(&pairs).await.unwrap();
     for k in &keys {
         let node = &cluster.nodes[cluster.node_for(k)];
-        assert_eq!(cli(node.port, &["get", k]), format!("v-{k}"));
+        eventually(node.port, &["get", k], &format!("v-{k}")).await;
     }
     // MGET in the client's order, with misses and duplicates.
     let ask = ["key:3", "nope", "key:17", "key:3", "key:0"];
@@ -197,7 +215,7 @@ async fn ask_during_and_moved_after_slot_migration() {
     }
     assert!(cli(sp, &["get", key]).starts_with("MOVED"));
     let _: () = c.set(key, "after").await.unwrap();
-    assert_eq!(cli(dp, &["get", key]), "after");
+    eventually(dp, &["get", key], "after").await;
     let v: String = c.get(key).await.unwrap();
     assert_eq!(v, "after");
     // Cross-slot MGET including the moved key still merges correctly.

@@ -261,13 +261,18 @@ pub struct Proxy {
     pub addr: std::net::SocketAddr,
     pub unix: Option<PathBuf>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<sidecache_pool::DrainReport>>,
     dir: PathBuf,
 }
 
 impl Proxy {
     /// Starts the proxy with `--listen 127.0.0.1:0 --upstream URL` plus `extra` flags.
     pub async fn start(upstream: &str, extra: &[&str]) -> Proxy {
+        // Logs for debugging a test: RUST_LOG=sidecache=debug,sidecache_pool=debug
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let dir = temp_dir("proxy");
         let mut args: Vec<String> = vec![
             "sidecache".into(),
@@ -317,17 +322,16 @@ impl Proxy {
             .expect("connect to proxy")
     }
 
-    /// Graceful shutdown; waits for the drain.
-    pub async fn stop(mut self) {
+    /// Graceful shutdown; waits for the drain and returns its report.
+    pub async fn stop(mut self) -> sidecache_pool::DrainReport {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(30), t)
-                .await
-                .expect("shutdown in time")
-                .expect("no panic");
-        }
+        let t = self.task.take().expect("running");
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("shutdown in time")
+            .expect("no panic")
     }
 }
 
@@ -386,4 +390,23 @@ pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
         .expect("closed in time")
         .expect("read");
     out
+}
+
+/// Polls `addr` with `input` until the replies equal `want` (10 s at most):
+/// writes acknowledged by write-behind reach upstream shortly after.
+pub async fn eventually_raw(addr: &str, input: &[u8], replies: usize, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = raw(addr, input, replies).await;
+        if String::from_utf8_lossy(&got) == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?} on {addr}: {:?}, want {want:?}",
+            String::from_utf8_lossy(input),
+            String::from_utf8_lossy(&got)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

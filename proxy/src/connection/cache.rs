@@ -22,7 +22,10 @@ const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
 
 impl Client {
     /// The node and slot a key routes to; `Err` when no node serves it.
-    fn route_key(&self, key: &[u8]) -> Result<(usize, Option<Slot>), sidecache_pool::Error> {
+    pub(super) fn route_key(
+        &self,
+        key: &[u8],
+    ) -> Result<(usize, Option<Slot>), sidecache_pool::Error> {
         if !self.topo.is_cluster() {
             return Ok((0, None));
         }
@@ -59,12 +62,16 @@ impl Client {
         let db = self.st.db;
         let now = self.now();
         let lookup = self.shared.l1.get_at(db, key, now);
+        if let Lookup::Hit(v) = lookup {
+            self.pending.push(Pending::Value(v));
+            return;
+        }
         let (node, slot) = match self.route_key(key) {
             Ok(r) => r,
             Err(e) => return self.slot_error(&e),
         };
         match lookup {
-            Lookup::Hit(v) => self.pending.push(Pending::Value(v)),
+            Lookup::Hit(_) => {}
             Lookup::Bypass => self.forward(node, slot, &req.raw),
             Lookup::Miss => {
                 let shared = Arc::clone(&self.shared);

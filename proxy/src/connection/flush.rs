@@ -38,6 +38,18 @@ impl Client {
                 b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                 continue;
             };
+            // Everything queued for write-behind on this node before now
+            // reaches upstream first (per-key order, read-your-writes).
+            // Bounded: a client never hangs behind an unreachable upstream.
+            if let Some(barrier) = node.write_queue(session.db).and_then(|q| q.barrier()) {
+                let limit = self.shared.upstream.write_behind().config().queue_timeout;
+                if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
+                    b.result = Some(Err(sidecache_pool::Error::WritesPending {
+                        addr: node.addr().to_string(),
+                    }));
+                    continue;
+                }
+            }
             match node.conn(session, hint) {
                 Some(conn) => match conn.submit(payload, count).await {
                     Ok(rx) => b.rx = Some(rx),

@@ -1,0 +1,485 @@
+//! Write-behind: acknowledged writes queued per (node, database) and sent
+//! upstream in pipelined batches on a connection of their own.
+//!
+//! ```text
+//!  proxy ──Write──▶ [permit: --write-queue-max] ──▶ queue(node, db) ──▶ batcher ──≤200 cmds/pipeline──▶ upstream
+//!                    enqueued += 1 (under the queue lock)                 │
+//!                                                                         ├─ OK ───────────────▶ flushed += n
+//!                                                                         ├─ MOVED/ASK ─────────▶ followed, in order
+//!                                                                         ├─ READONLY/LOADING/… ▶ retried (backoff, re-routed)
+//!                                                                         ├─ connection lost ───▶ whole batch resent (SETs are idempotent)
+//!                                                                         └─ other error ───────▶ failed: counted, logged, listener told
+//! ```
+//!
+//! One batcher per (node, database) sends one batch at a time, in queue
+//! order, so writes to one key reach upstream in the order they were queued.
+//! A batch is sent as soon as there is a write (no artificial wait when
+//! idle); under load the queue fills and batches grow to `--write-batch`.
+//!
+//! # Race window
+//! `enqueued` is incremented under the same lock as the channel send, so
+//! the first `enqueued` items of the channel are exactly the writes counted.
+//! `flushed` counts writes with a final outcome. A command that must see
+//! every write queued so far waits for `flushed >= enqueued` as read before
+//! it is sent ([`WriteQueue::barrier`]): all earlier writes have reached
+//! upstream (or failed for good) by then.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tracing::error;
+
+use crate::config::{NodeAddr, Proto, Session};
+use crate::error::{Error, Result};
+use crate::mux::MuxConn;
+use crate::redirect::{self, Action};
+use crate::resp;
+use crate::slot::Slot;
+use crate::upstream::{Target, Upstream};
+
+/// Write-behind settings.
+#[derive(Debug, Clone)]
+pub struct WriteConfig {
+    /// Most commands in one upstream pipeline.
+    pub batch: usize,
+    /// Longest a write waits for its batch to fill (0: send at once).
+    pub flush_interval: Duration,
+    /// Most writes queued (not yet flushed) in total.
+    pub queue_max: usize,
+    /// How long a write waits for queue space before it is refused.
+    pub queue_timeout: Duration,
+}
+
+impl Default for WriteConfig {
+    fn default() -> Self {
+        WriteConfig {
+            batch: 200,
+            flush_interval: Duration::ZERO,
+            queue_max: 100_000,
+            queue_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One acknowledged write.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// Database it applies to.
+    pub db: u16,
+    /// Slot of its keys (cluster), for re-routing after a redirect.
+    pub slot: Option<Slot>,
+    /// The encoded command (`SET … PXAT …`, `MSET …`).
+    pub cmd: Bytes,
+    /// Its keys, reported if it fails for good.
+    pub keys: Vec<Bytes>,
+}
+
+/// Told about writes that could not be applied upstream, so the proxy can
+/// stop serving values upstream never got.
+pub trait WriteListener: Send + Sync {
+    /// `error` is the upstream's reply or our failure.
+    fn failed(&self, db: u16, keys: &[Bytes], error: &str);
+}
+
+/// Counters of the write-behind path.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    /// Writes queued since start.
+    pub queued: AtomicU64,
+    /// Writes flushed (acknowledged upstream).
+    pub flushed: AtomicU64,
+    /// Writes that failed for good.
+    pub failed: AtomicU64,
+    /// Batches sent.
+    pub batches: AtomicU64,
+    /// Batch sizes: 1, 2–10, 11–50, 51–199, 200+.
+    pub batch_sizes: [AtomicU64; 5],
+    /// Re-sends after connection loss or retryable errors.
+    pub retries: AtomicU64,
+    /// Sum of flush latencies (queue to acknowledgement), microseconds.
+    pub latency_us_sum: AtomicU64,
+    /// Largest flush latency, microseconds.
+    pub latency_us_max: AtomicU64,
+    /// Writes refused because the queue stayed full.
+    pub refused: AtomicU64,
+}
+
+/// Shared write-behind state (one per upstream).
+pub struct WriteBehind {
+    cfg: WriteConfig,
+    permits: Arc<Semaphore>,
+    depth: AtomicUsize,
+    /// Counters.
+    pub stats: WriteStats,
+    listener: Mutex<Option<Arc<dyn WriteListener>>>,
+    closing: AtomicBool,
+    live: AtomicUsize,
+    idle: Notify,
+}
+
+impl std::fmt::Debug for WriteBehind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteBehind")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// What a drain achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Writes flushed during the whole run.
+    pub flushed: u64,
+    /// Writes that failed for good during the whole run.
+    pub failed: u64,
+    /// Writes still queued when the drain gave up.
+    pub unflushed: u64,
+}
+
+impl WriteBehind {
+    /// Write-behind state with `cfg`.
+    pub fn new(cfg: WriteConfig) -> WriteBehind {
+        WriteBehind {
+            permits: Arc::new(Semaphore::new(cfg.queue_max.max(1))),
+            cfg,
+            depth: AtomicUsize::new(0),
+            stats: WriteStats::default(),
+            listener: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            idle: Notify::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WriteConfig {
+        &self.cfg
+    }
+
+    /// Writes queued and not yet flushed or failed.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Sets who is told about failed writes.
+    pub fn set_listener(&self, l: Arc<dyn WriteListener>) {
+        *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+    }
+
+    fn listener(&self) -> Option<Arc<dyn WriteListener>> {
+        self.listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits for queue space (bounded by `--write-queue-timeout`).
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] when no space freed up in time;
+    /// [`Error::Closed`] when shutting down.
+    pub async fn reserve(&self) -> Result<OwnedSemaphorePermit> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let permits = Arc::clone(&self.permits);
+        if let Ok(p) = permits.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        match tokio::time::timeout(self.cfg.queue_timeout, permits.acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::QueueFull {
+                    max: self.cfg.queue_max,
+                    waited: self.cfg.queue_timeout,
+                })
+            }
+        }
+    }
+
+    /// Stops accepting writes and waits (up to `timeout`) until every
+    /// queued write has been flushed or has failed.
+    pub async fn drain(&self, timeout: Duration) -> DrainReport {
+        self.closing.store(true, Ordering::Release);
+        let deadline = Instant::now() + timeout;
+        while self.depth() > 0 && Instant::now() < deadline {
+            let idle = self.idle.notified();
+            let _ = tokio::time::timeout(Duration::from_millis(50), idle).await;
+        }
+        DrainReport {
+            flushed: self.stats.flushed.load(Ordering::Relaxed),
+            failed: self.stats.failed.load(Ordering::Relaxed),
+            unflushed: self.depth() as u64,
+        }
+    }
+}
+
+struct Queued {
+    write: Write,
+    at: Instant,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The queue of one (node, database).
+#[derive(Debug)]
+pub struct WriteQueue {
+    tx: Mutex<mpsc::Sender<Queued>>,
+    enqueued: AtomicU64,
+    flushed: watch::Sender<u64>,
+}
+
+/// Waits until the writes queued before it was taken have been flushed.
+#[derive(Debug)]
+pub struct Barrier {
+    rx: watch::Receiver<u64>,
+    target: u64,
+}
+
+impl Barrier {
+    /// Resolves once every counted write is flushed (or failed for good).
+    pub async fn wait(mut self) {
+        let target = self.target;
+        let _ = self.rx.wait_for(|f| *f >= target).await;
+    }
+}
+
+impl WriteQueue {
+    /// A barrier on the writes queued so far; `None` when none is pending.
+    pub fn barrier(&self) -> Option<Barrier> {
+        let target = self.enqueued.load(Ordering::Acquire);
+        if *self.flushed.borrow() >= target {
+            return None;
+        }
+        Some(Barrier {
+            rx: self.flushed.subscribe(),
+            target,
+        })
+    }
+
+    /// Queues a write (the permit came from [`WriteBehind::reserve`]).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] if the batcher is gone.
+    pub fn push(&self, wb: &WriteBehind, write: Write, permit: OwnedSemaphorePermit) -> Result<()> {
+        let item = Queued {
+            write,
+            at: Instant::now(),
+            _permit: permit,
+        };
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        tx.try_send(item).map_err(|_| Error::Closed)?;
+        self.enqueued.fetch_add(1, Ordering::AcqRel);
+        drop(tx);
+        wb.depth.fetch_add(1, Ordering::Relaxed);
+        wb.stats.queued.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts the batcher of one (node, database).
+    pub(crate) fn spawn(up: Upstream, addr: NodeAddr, db: u16) -> WriteQueue {
+        let wb = up.write_behind();
+        // Capacity: the permits bound the total, so a push never finds the
+        // channel full.
+        let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
+        let (flushed, _) = watch::channel(0u64);
+        let q = WriteQueue {
+            tx: Mutex::new(tx),
+            enqueued: AtomicU64::new(0),
+            flushed,
+        };
+        let flushed_tx = q.flushed.clone();
+        wb.live.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let conn = up.dedicated_conn(
+                &addr,
+                Session {
+                    db,
+                    proto: Proto::Resp2,
+                },
+            );
+            let mut b = Batcher {
+                up,
+                conn,
+                db,
+                rx,
+                flushed: flushed_tx,
+                done: 0,
+            };
+            b.run().await;
+            let wb = b.up.write_behind();
+            wb.live.fetch_sub(1, Ordering::Relaxed);
+            wb.idle.notify_waiters();
+        });
+        q
+    }
+}
+
+struct Batcher {
+    up: Upstream,
+    conn: MuxConn,
+    db: u16,
+    rx: mpsc::Receiver<Queued>,
+    flushed: watch::Sender<u64>,
+    done: u64,
+}
+
+/// Upstream errors after which the same write may succeed later.
+fn retryable(text: &[u8]) -> bool {
+    [
+        "READONLY",
+        "LOADING",
+        "MASTERDOWN",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "BUSY ",
+    ]
+    .iter()
+    .any(|p| text.starts_with(p.as_bytes()))
+}
+
+impl Batcher {
+    async fn run(&mut self) {
+        let up = self.up.clone();
+        let wb = up.write_behind();
+        let max = wb.cfg.batch.max(1);
+        let mut batch: Vec<Queued> = Vec::with_capacity(max);
+        // The queue's sender lives as long as the node, so this runs for
+        // the life of the process; a drain just waits for the queue to empty.
+        while let Some(first) = self.rx.recv().await {
+            batch.push(first);
+            let linger = wb.cfg.flush_interval;
+            if !linger.is_zero() {
+                let until = tokio::time::Instant::now() + linger;
+                while batch.len() < max {
+                    match tokio::time::timeout_at(until, self.rx.recv()).await {
+                        Ok(Some(q)) => batch.push(q),
+                        _ => break,
+                    }
+                }
+            }
+            while batch.len() < max {
+                match self.rx.try_recv() {
+                    Ok(q) => batch.push(q),
+                    Err(_) => break,
+                }
+            }
+            self.send(&mut batch).await;
+        }
+    }
+
+    /// Sends one batch and does not return before every write in it has a
+    /// final outcome (flushed or failed for good).
+    async fn send(&mut self, batch: &mut Vec<Queued>) {
+        let up = self.up.clone();
+        let wb = up.write_behind();
+        let n = batch.len();
+        wb.stats.batches.fetch_add(1, Ordering::Relaxed);
+        let bucket = match n {
+            1 => 0,
+            2..=10 => 1,
+            11..=50 => 2,
+            51..=199 => 3,
+            _ => 4,
+        };
+        wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
+        let mut payload = BytesMut::with_capacity(batch.iter().map(|q| q.write.cmd.len()).sum());
+        for q in batch.iter() {
+            payload.extend_from_slice(&q.write.cmd);
+        }
+        let payload = payload.freeze();
+        let mut backoff = Duration::from_millis(20);
+        let replies = loop {
+            match self.conn.call(payload.clone(), n).await {
+                Ok(r) if r.len() == n => break r,
+                Ok(_) | Err(_) => {
+                    // Connection lost mid-batch: some writes may have run;
+                    // resending is safe (SET/MSET with absolute expiry are
+                    // idempotent) and keeps the order.
+                    wb.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    self.up.request_refresh();
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        for (q, reply) in batch.iter().zip(replies) {
+            self.settle(&q.write, reply).await;
+        }
+        let now = Instant::now();
+        for q in batch.drain(..) {
+            let us = now.duration_since(q.at).as_micros() as u64;
+            wb.stats.latency_us_sum.fetch_add(us, Ordering::Relaxed);
+            wb.stats.latency_us_max.fetch_max(us, Ordering::Relaxed);
+        }
+        self.done += n as u64;
+        wb.depth.fetch_sub(n, Ordering::Relaxed);
+        self.flushed.send_replace(self.done);
+        if wb.depth() == 0 {
+            wb.idle.notify_waiters();
+        }
+    }
+
+    /// Follows redirects and retries one write until its final outcome.
+    async fn settle(&self, w: &Write, mut reply: Bytes) {
+        let wb = self.up.write_behind();
+        let session = Session {
+            db: self.db,
+            proto: Proto::Resp2,
+        };
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            tracing::debug!(reply = %String::from_utf8_lossy(&reply).trim_end(), "write-behind reply");
+            if matches!(
+                redirect::decide(&reply, 0),
+                Action::Moved { .. } | Action::Ask { .. }
+            ) {
+                match self
+                    .up
+                    .follow(session, 0, w.slot, &w.cmd, reply.clone())
+                    .await
+                {
+                    Ok(r) => reply = r,
+                    Err(e) => reply = error_reply(&e),
+                }
+            }
+            let Some(text) = resp::error_text(&reply) else {
+                wb.stats.flushed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            if retryable(text) || text.starts_with(b"ERR upstream") {
+                wb.stats.retries.fetch_add(1, Ordering::Relaxed);
+                self.up.request_refresh();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                let target = w.slot.map_or(Target::Any, Target::Slot);
+                reply = match self.up.execute(session, 0, target, w.cmd.clone()).await {
+                    Ok(r) => r,
+                    Err(e) => error_reply(&e),
+                };
+                continue;
+            }
+            let text = String::from_utf8_lossy(text).into_owned();
+            wb.stats.failed.fetch_add(1, Ordering::Relaxed);
+            let keys: Vec<String> = w
+                .keys
+                .iter()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            error!(db = w.db, keys = ?keys, error = %text, "write-behind write failed for good");
+            if let Some(l) = wb.listener() {
+                l.failed(w.db, &w.keys, &text);
+            }
+            return;
+        }
+    }
+}
+
+fn error_reply(e: &Error) -> Bytes {
+    let text = e.to_string().replace(['\r', '\n'], " ");
+    Bytes::from(format!("-ERR upstream {text}\r\n"))
+}

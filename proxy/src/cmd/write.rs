@@ -1,0 +1,266 @@
+//! Which writes may be acknowledged from memory (write-behind), and their
+//! rewriting: relative expiries become absolute `PXAT` at acknowledgement,
+//! so queueing delay never lengthens a key's life. Pure functions.
+//!
+//! Anything unusual — conditions (NX/XX/GET), repeated or conflicting
+//! options, numbers Redis would refuse — is *not* planned: it is forwarded
+//! synchronously, so upstream gives its exact reply.
+
+use bytes::{Bytes, BytesMut};
+use sidecache_pool::resp;
+
+use crate::resp::request::parse_i64;
+
+/// The expiry a write sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// No expiry (the key becomes persistent).
+    Persist,
+    /// Absolute expiry, Unix time in milliseconds.
+    At(i64),
+    /// SET … KEEPTTL: the key keeps whatever TTL it had.
+    KeepTtl,
+}
+
+/// A write to acknowledge from memory: (key, value) argument indexes and
+/// the expiry they get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WritePlan {
+    /// Indexes into the arguments: (key, value).
+    pub pairs: Vec<(usize, usize)>,
+    /// The expiry of every pair.
+    pub expiry: Expiry,
+    /// `MSET` (one command per slot group) rather than `SET`.
+    pub mset: bool,
+}
+
+/// Plans `args` (command name lower-cased in `name`) as a write-behind
+/// write, as of `now_ms` (Unix milliseconds); `None`: forward it.
+pub fn plan(name: &str, args: &[Bytes], now_ms: i64) -> Option<WritePlan> {
+    match name {
+        "set" if args.len() >= 3 => {
+            let expiry = set_options(&args[3..], now_ms)?;
+            Some(WritePlan {
+                pairs: vec![(1, 2)],
+                expiry,
+                mset: false,
+            })
+        }
+        "setex" | "psetex" if args.len() == 4 => {
+            let n = parse_i64(&args[2])?;
+            let ms = if name == "setex" {
+                seconds_to_ms(n)?
+            } else {
+                n
+            };
+            if n <= 0 {
+                return None;
+            }
+            Some(WritePlan {
+                pairs: vec![(1, 3)],
+                expiry: Expiry::At(now_ms.checked_add(ms)?),
+                mset: false,
+            })
+        }
+        "mset" if args.len() >= 3 && args.len() % 2 == 1 => Some(WritePlan {
+            pairs: (1..args.len()).step_by(2).map(|i| (i, i + 1)).collect(),
+            expiry: Expiry::Persist,
+            mset: true,
+        }),
+        _ => None,
+    }
+}
+
+fn seconds_to_ms(n: i64) -> Option<i64> {
+    if n > i64::MAX / 1000 {
+        return None;
+    }
+    Some(n.saturating_mul(1000))
+}
+
+/// SET's options after the value, as Redis 7 parses them; only the
+/// unconditional forms are planned.
+fn set_options(opts: &[Bytes], now_ms: i64) -> Option<Expiry> {
+    let mut expiry = Expiry::Persist;
+    let mut seen = false;
+    let mut i = 0;
+    while i < opts.len() {
+        let o = &opts[i];
+        let eq = |s: &str| o.eq_ignore_ascii_case(s.as_bytes());
+        if eq("keepttl") && !seen {
+            expiry = Expiry::KeepTtl;
+            seen = true;
+            i += 1;
+            continue;
+        }
+        let unit = if eq("ex") {
+            1000
+        } else if eq("px") {
+            1
+        } else if eq("exat") {
+            -1000
+        } else if eq("pxat") {
+            -1
+        } else {
+            // NX, XX, GET (reply-bearing or conditional), or a syntax error.
+            return None;
+        };
+        if seen || i + 1 >= opts.len() {
+            return None;
+        }
+        let n = parse_i64(&opts[i + 1])?;
+        if n <= 0 {
+            return None;
+        }
+        let at = match unit {
+            1000 => now_ms.checked_add(seconds_to_ms(n)?)?,
+            1 => now_ms.checked_add(n)?,
+            -1000 => seconds_to_ms(n)?,
+            _ => n,
+        };
+        expiry = Expiry::At(at);
+        seen = true;
+        i += 2;
+    }
+    Some(expiry)
+}
+
+/// Encodes the upstream command for some of a plan's pairs.
+pub fn encode(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)]) -> Bytes {
+    let mut out = BytesMut::new();
+    if plan.mset {
+        resp::put_header(&mut out, b'*', 1 + 2 * pairs.len() as i64);
+        resp::put_bulk(&mut out, b"MSET");
+        for &(k, v) in pairs {
+            resp::put_bulk(&mut out, &args[k]);
+            resp::put_bulk(&mut out, &args[v]);
+        }
+        return out.freeze();
+    }
+    let (k, v) = pairs[0];
+    match plan.expiry {
+        Expiry::Persist => resp::encode_command(&mut out, &[b"SET".as_slice(), &args[k], &args[v]]),
+        Expiry::KeepTtl => resp::encode_command(
+            &mut out,
+            &[b"SET".as_slice(), &args[k], &args[v], b"KEEPTTL"],
+        ),
+        Expiry::At(ms) => {
+            let mut b = itoa::Buffer::new();
+            resp::encode_command(
+                &mut out,
+                &[
+                    b"SET".as_slice(),
+                    &args[k],
+                    &args[v],
+                    b"PXAT",
+                    b.format(ms).as_bytes(),
+                ],
+            );
+        }
+    }
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<Bytes> {
+        s.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn p(s: &str) -> Option<WritePlan> {
+        let a = args(s);
+        let name = String::from_utf8_lossy(&a[0]).to_ascii_lowercase();
+        plan(&name, &a, NOW)
+    }
+
+    #[test]
+    fn unconditional_sets_are_planned() {
+        assert_eq!(p("SET k v").map(|p| p.expiry), Some(Expiry::Persist));
+        assert_eq!(
+            p("SET k v EX 10").map(|p| p.expiry),
+            Some(Expiry::At(NOW + 10_000))
+        );
+        assert_eq!(
+            p("SET k v px 5").map(|p| p.expiry),
+            Some(Expiry::At(NOW + 5))
+        );
+        assert_eq!(
+            p("SET k v EXAT 2000000000").map(|p| p.expiry),
+            Some(Expiry::At(2_000_000_000_000))
+        );
+        assert_eq!(
+            p("SET k v PXAT 123").map(|p| p.expiry),
+            Some(Expiry::At(123))
+        );
+        assert_eq!(
+            p("SET k v KEEPTTL").map(|p| p.expiry),
+            Some(Expiry::KeepTtl)
+        );
+        assert_eq!(
+            p("SETEX k 10 v").map(|p| (p.pairs, p.expiry)),
+            Some((vec![(1, 3)], Expiry::At(NOW + 10_000)))
+        );
+        assert_eq!(
+            p("PSETEX k 10 v").map(|p| p.expiry),
+            Some(Expiry::At(NOW + 10))
+        );
+        assert_eq!(
+            p("MSET a 1 b 2").map(|p| p.pairs),
+            Some(vec![(1, 2), (3, 4)])
+        );
+    }
+
+    #[test]
+    fn everything_else_is_forwarded() {
+        for s in [
+            "SET k v NX",
+            "SET k v XX",
+            "SET k v GET",
+            "SET k v EX 10 NX",
+            "SET k v EX 0",
+            "SET k v EX -1",
+            "SET k v EX x",
+            "SET k v EX",
+            "SET k v EX 1 PX 1",
+            "SET k v KEEPTTL EX 1",
+            "SET k v BOGUS",
+            "SET k v EX 9223372036854775807",
+            "SETEX k 0 v",
+            "SETEX k x v",
+            "PSETEX k -5 v",
+            "MSET a 1 b",
+            "MSET a",
+            "SETNX k v",
+            "GETSET k v",
+            "MSETNX a 1",
+            "SET k",
+        ] {
+            assert_eq!(p(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn rewrites_to_absolute_expiry() {
+        let a = args("SET k v EX 10");
+        let plan = p("SET k v EX 10").expect("planned");
+        let cmd = encode(&plan, &a, &plan.pairs);
+        assert_eq!(
+            &cmd[..],
+            format!(
+                "*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n{}\r\n",
+                NOW + 10_000
+            )
+            .as_bytes()
+        );
+        let a = args("MSET a 1 b 2");
+        let plan = p("MSET a 1 b 2").expect("planned");
+        let cmd = encode(&plan, &a, &plan.pairs[1..]);
+        assert_eq!(&cmd[..], b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n");
+    }
+}

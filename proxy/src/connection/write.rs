@@ -1,0 +1,118 @@
+//! Write-behind dispatch: an unconditional SET/SETEX/PSETEX/MSET is put in
+//! the L1, queued on its node's write-behind queue, and acknowledged.
+//!
+//! Order: commands of this batch already bound for the same node are sent
+//! (and answered) first, so a write queued now cannot overtake them; and a
+//! command sent to a node later waits for that node's queued writes
+//! ([`sidecache_pool::write_behind::WriteQueue::barrier`], in `flush`).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use sidecache_pool::{Slot, Write};
+
+use super::Client;
+use crate::cmd::write::{self, Expiry, WritePlan};
+
+/// Pairs bound for one node and slot: (node index, slot, (key, value) indexes).
+type Group = (usize, Option<Slot>, Vec<(usize, usize)>);
+
+impl Client {
+    /// Takes the write-behind path for `args` if the plan allows; `false`
+    /// means forward the command instead.
+    pub(super) async fn write_behind(&mut self, name: &str, args: &[Bytes]) -> bool {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let Some(plan) = write::plan(name, args, now_ms) else {
+            return false;
+        };
+        // Group the pairs by slot (cluster) — one upstream command each.
+        let mut groups: Vec<Group> = Vec::new();
+        for &(k, v) in &plan.pairs {
+            let (node, slot) = match self.route_key(&args[k]) {
+                Ok(r) => r,
+                Err(_) => return false,
+            };
+            match groups.iter_mut().find(|g| g.1 == slot) {
+                Some(g) => g.2.push((k, v)),
+                None => groups.push((node, slot, vec![(k, v)])),
+            }
+        }
+        // Nothing already bound for these nodes may be overtaken.
+        if groups
+            .iter()
+            .any(|g| self.builders.get(g.0).is_some_and(|b| b.count > 0))
+        {
+            self.flush().await;
+        }
+        let shared = std::sync::Arc::clone(&self.shared);
+        let wb = shared.upstream.write_behind();
+        let mut permits = Vec::with_capacity(groups.len());
+        for _ in &groups {
+            match wb.reserve().await {
+                Ok(p) => permits.push(p),
+                Err(e) => {
+                    let msg = format!("ERR {e}");
+                    self.local_reply(|r| r.error(&msg));
+                    return true;
+                }
+            }
+        }
+        self.cache_written(&plan, args, now_ms);
+        let db = self.st.db;
+        for ((node, slot, pairs), permit) in groups.into_iter().zip(permits) {
+            let cmd = write::encode(&plan, args, &pairs);
+            let keys = pairs
+                .iter()
+                .map(|&(k, _)| args[k].clone())
+                .collect::<Vec<_>>();
+            let Some(n) = self.topo.nodes().get(node).cloned() else {
+                return false;
+            };
+            tracing::debug!(node = %n.addr(), ?slot, "queueing write-behind write");
+            if let Err(e) = shared.upstream.queue_write(
+                &n,
+                Write {
+                    db,
+                    slot,
+                    cmd,
+                    keys: keys.clone(),
+                },
+                permit,
+            ) {
+                for k in &keys {
+                    shared.invalidate(db, k);
+                }
+                let msg = format!("ERR {e}");
+                self.local_reply(|r| r.error(&msg));
+                return true;
+            }
+        }
+        self.local_reply(|r| r.ok());
+        true
+    }
+
+    /// The written values become what the L1 serves (or, for KEEPTTL, whose
+    /// remaining TTL the proxy does not know, the keys are dropped).
+    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) {
+        let now = Instant::now();
+        let deadline = match plan.expiry {
+            Expiry::Persist | Expiry::KeepTtl => now + Duration::from_secs(365 * 24 * 3600),
+            Expiry::At(ms) => now + Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0)),
+        };
+        let db = self.st.db;
+        for &(k, v) in &plan.pairs {
+            if plan.expiry == Expiry::KeepTtl {
+                self.shared.invalidate(db, &args[k]);
+            } else {
+                self.shared
+                    .l1
+                    .insert_written(db, &args[k], &args[v], deadline);
+                self.shared.flights.forget(db, &args[k]);
+            }
+        }
+        // Fetches later in this batch must not join other clients' flights.
+        self.batch_writes = true;
+    }
+}
