@@ -182,6 +182,15 @@ impl WriteBehind {
     /// [`Error::QueueFull`] when no space freed up in time;
     /// [`Error::Closed`] when shutting down.
     pub async fn reserve(&self) -> Result<OwnedSemaphorePermit> {
+        self.reserve_within(self.cfg.queue_timeout).await
+    }
+
+    /// Like [`WriteBehind::reserve`], waiting at most `wait` (zero: only
+    /// if space is free now).
+    ///
+    /// # Errors
+    /// As [`WriteBehind::reserve`].
+    pub async fn reserve_within(&self, wait: Duration) -> Result<OwnedSemaphorePermit> {
         if self.closing.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -189,7 +198,7 @@ impl WriteBehind {
         if let Ok(p) = permits.clone().try_acquire_owned() {
             return Ok(p);
         }
-        match tokio::time::timeout(self.cfg.queue_timeout, permits.acquire_owned()).await {
+        match tokio::time::timeout(wait, permits.acquire_owned()).await {
             Ok(Ok(p)) => Ok(p),
             Ok(Err(_)) => Err(Error::Closed),
             Err(_) => {

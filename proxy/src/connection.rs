@@ -144,6 +144,8 @@ pub struct Client {
     batch_writes: bool,
     /// The clock, read once per batch for L1 deadlines.
     now: Option<std::time::Instant>,
+    /// A write of this batch was refused for a full queue.
+    refusing: bool,
 }
 
 enum Flow {
@@ -189,6 +191,7 @@ impl Client {
             commands: 0,
             batch_writes: false,
             now: None,
+            refusing: false,
         }
     }
 

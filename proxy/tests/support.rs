@@ -143,6 +143,21 @@ impl RedisServer {
         redis::Client::open(self.url()).expect("url")
     }
 
+    /// The server's process id (for SIGSTOP/SIGCONT in fault tests).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal to the server (by pid; never by name).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    }
+
     /// Starts the server again on the same port with the same arguments.
     pub fn restart(&mut self) {
         self.kill();
@@ -409,4 +424,75 @@ pub async fn eventually_raw(addr: &str, input: &[u8], replies: usize, want: &str
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The proxy as its own process (for signals and exit status).
+pub struct ProxyProcess {
+    child: Child,
+    pub port: u16,
+}
+
+impl ProxyProcess {
+    pub fn start(upstream: &str, extra: &[&str]) -> ProxyProcess {
+        let port = free_port(false);
+        let child = Command::new(env!("CARGO_BIN_EXE_sidecache"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--upstream",
+                upstream,
+                "--log-level",
+                "warn",
+            ])
+            .args(extra)
+            .spawn()
+            .expect("start sidecache");
+        let p = ProxyProcess { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sidecache did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sidecache did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A field of an INFO reply.
+pub fn info_field(info: &str, field: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().parse().expect("number"))
+        .unwrap_or_else(|| panic!("{field} missing in INFO"))
 }

@@ -227,6 +227,7 @@ impl Client {
         self.batch_bytes = 0;
         self.batch_writes = false;
         self.now = None;
+        self.refusing = false;
         // Pick up topology changes between batches.
         self.topo = self.shared.upstream.topology();
     }

@@ -49,10 +49,19 @@ impl Client {
         let shared = std::sync::Arc::clone(&self.shared);
         let wb = shared.upstream.write_behind();
         let mut permits = Vec::with_capacity(groups.len());
+        // After one write of this batch waited the full timeout, the rest of
+        // the batch does not wait again: a pipeline of writes against a full
+        // queue is refused in one timeout, not one timeout per write.
+        let wait = if self.refusing {
+            std::time::Duration::ZERO
+        } else {
+            wb.config().queue_timeout
+        };
         for _ in &groups {
-            match wb.reserve().await {
+            match wb.reserve_within(wait).await {
                 Ok(p) => permits.push(p),
                 Err(e) => {
+                    self.refusing = true;
                     let msg = format!("ERR {e}");
                     self.local_reply(|r| r.error(&msg));
                     return true;
