@@ -53,6 +53,15 @@ impl Node {
         (self.pools.len() / 2) as u16
     }
 
+    /// Barriers on every database's write-behind queue that has writes
+    /// pending (FLUSHALL, SWAPDB, MOVE and COPY … DB reach across databases).
+    pub fn write_barriers(&self) -> impl Iterator<Item = crate::write_behind::Barrier> + '_ {
+        self.writers
+            .iter()
+            .filter_map(|w| w.get())
+            .filter_map(WriteQueue::barrier)
+    }
+
     /// The write-behind queue of `db`, if writes were ever queued there.
     pub fn write_queue(&self, db: u16) -> Option<&WriteQueue> {
         self.writers.get(usize::from(db))?.get()

@@ -402,6 +402,7 @@ impl Batcher {
         }
         let payload = payload.freeze();
         let mut backoff = Duration::from_millis(20);
+        tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
         let replies = loop {
             match self.conn.call(payload.clone(), n).await {
                 Ok(r) if r.len() == n => break r,
@@ -426,6 +427,7 @@ impl Batcher {
             wb.stats.latency_us_max.fetch_max(us, Ordering::Relaxed);
         }
         self.done += n as u64;
+        tracing::debug!(db = self.db, done = self.done, "batch done");
         wb.depth.fetch_sub(n, Ordering::Relaxed);
         self.flushed.send_replace(self.done);
         if wb.depth() == 0 {
@@ -442,7 +444,6 @@ impl Batcher {
         };
         let mut backoff = Duration::from_millis(20);
         loop {
-            tracing::debug!(reply = %String::from_utf8_lossy(&reply).trim_end(), "write-behind reply");
             if matches!(
                 redirect::decide(&reply, 0),
                 Action::Moved { .. } | Action::Ask { .. }

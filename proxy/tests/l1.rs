@@ -133,7 +133,7 @@ async fn upstream_ttl_and_cap_bound_entries() {
     let v: Option<String> = c.get("short").await.unwrap();
     assert_eq!(v, None);
     // TTL/PTTL are forwarded, never answered from the L1.
-    let _: () = c.set("ttl", "x").await.unwrap();
+    let _: () = d.set("ttl", "x").await.unwrap();
     let _: String = c.get("ttl").await.unwrap();
     let _: () = d.expire("ttl", 100).await.unwrap();
     let ttl: i64 = c.ttl("ttl").await.unwrap();

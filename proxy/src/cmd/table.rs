@@ -23,6 +23,9 @@ pub struct Flags {
     pub movablekeys: bool,
     /// Pub/sub command.
     pub pubsub: bool,
+    /// May change data although not flagged `write` (PFCOUNT rewrites its
+    /// cached cardinality; scripts).
+    pub may_replicate: bool,
 }
 
 /// Where a key search begins.
@@ -73,6 +76,9 @@ pub struct KeySpec {
     pub begin: BeginSearch,
     /// How to find keys from there.
     pub find: FindKeys,
+    /// The keys may be changed (spec flags RW, OW, RM, INSERT, DELETE or
+    /// UPDATE): PFCOUNT is a `readonly` command whose key is RW.
+    pub writes: bool,
 }
 
 /// Everything known of one command (or subcommand).
@@ -126,6 +132,26 @@ impl CommandInfo {
     /// # Errors
     /// [`KeysError`] when the keys cannot be determined.
     pub fn keys(&self, args: &[Bytes], out: &mut Vec<usize>) -> Result<bool, KeysError> {
+        self.keys_where(args, out, false)
+    }
+
+    /// Whether any key of this command may be changed by it.
+    pub fn writes_keys(&self) -> bool {
+        self.flags.write || self.specs.iter().any(|s| s.writes)
+    }
+
+    /// Like [`CommandInfo::keys`], but with `written_only` only the keys the
+    /// command may change (by key-spec flags; every key for a `write`
+    /// command without specs).
+    ///
+    /// # Errors
+    /// As [`CommandInfo::keys`].
+    pub fn keys_where(
+        &self,
+        args: &[Bytes],
+        out: &mut Vec<usize>,
+        written_only: bool,
+    ) -> Result<bool, KeysError> {
         if !self.arity_ok(args.len()) {
             return Err(KeysError::Invalid);
         }
@@ -136,6 +162,9 @@ impl CommandInfo {
         let start = out.len();
         let mut complete = true;
         for spec in &self.specs {
+            if written_only && !spec.writes {
+                continue;
+            }
             let first = match &spec.begin {
                 BeginSearch::Index(i) => *i as i64,
                 BeginSearch::Keyword { keyword, startfrom } => {
@@ -339,6 +368,19 @@ fn int(m: &HashMap<String, Value>, k: &str) -> i64 {
 
 fn parse_spec(v: Value) -> KeySpec {
     let mut m = kv(v);
+    let writes = m
+        .get("flags")
+        .cloned()
+        .and_then(Value::into_items)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| f.as_bytes())
+        .any(|f| {
+            matches!(
+                &f.to_ascii_uppercase()[..],
+                b"RW" | b"OW" | b"RM" | b"INSERT" | b"DELETE" | b"UPDATE"
+            )
+        });
     let begin = m.remove("begin_search").map(kv).unwrap_or_default();
     let find = m.remove("find_keys").map(kv).unwrap_or_default();
     let ty = |m: &HashMap<String, Value>| {
@@ -372,7 +414,11 @@ fn parse_spec(v: Value) -> KeySpec {
         },
         _ => FindKeys::Unknown,
     };
-    KeySpec { begin, find }
+    KeySpec {
+        begin,
+        find,
+        writes,
+    }
 }
 
 fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
@@ -387,6 +433,7 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
             Some(b"blocking") => flags.blocking = true,
             Some(b"movablekeys") => flags.movablekeys = true,
             Some(b"pubsub") => flags.pubsub = true,
+            Some(b"may_replicate") => flags.may_replicate = true,
             _ => {}
         }
     }

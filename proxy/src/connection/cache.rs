@@ -17,7 +17,8 @@ use crate::resp::request::Request;
 /// Write commands whose effect reaches beyond their key arguments (another
 /// database, every key): they clear the whole L1.
 const CLEARS_ALL: &[&str] = &["move", "copy", "swapdb", "flushall", "flushdb"];
-/// Commands not flagged `write` that may write the keys they declare.
+/// Commands not flagged `write` that may write the keys they declare (also
+/// caught by `may_replicate`; listed in case a server does not flag them).
 const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
 
 impl Client {
@@ -133,8 +134,10 @@ impl Client {
         info: &CommandInfo,
         args: &[Bytes],
     ) -> Option<Inval> {
-        if !self.shared.l1.enabled() || !(info.flags.write || SCRIPTS.contains(&info.name.as_str()))
-        {
+        // Key-spec flags catch readonly commands that rewrite a key (PFCOUNT);
+        // `may_replicate` alone is not used: PUBLISH has it and no keys.
+        let writes = info.writes_keys() || SCRIPTS.contains(&info.name.as_str());
+        if !self.shared.l1.enabled() || !writes {
             return None;
         }
         self.batch_writes = true;
@@ -142,7 +145,10 @@ impl Client {
             Inval::All
         } else {
             self.keys.clear();
-            match info.keys(args, &mut self.keys) {
+            // Only the keys the command may change: ZUNIONSTORE drops its
+            // destination, not its sources; PFCOUNT its RW key.
+            let written_only = info.specs.iter().any(|s| s.writes);
+            match info.keys_where(args, &mut self.keys, written_only) {
                 Ok(true) if !self.keys.is_empty() => {
                     Inval::Keys(self.keys.iter().map(|&i| args[i].clone()).collect())
                 }

@@ -41,14 +41,21 @@ impl Client {
             // Everything queued for write-behind on this node before now
             // reaches upstream first (per-key order, read-your-writes).
             // Bounded: a client never hangs behind an unreachable upstream.
-            if let Some(barrier) = node.write_queue(session.db).and_then(|q| q.barrier()) {
-                let limit = self.shared.upstream.write_behind().config().queue_timeout;
+            // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
+            // across them.
+            let limit = self.shared.upstream.write_behind().config().queue_timeout;
+            let mut late = false;
+            for barrier in node.write_barriers() {
                 if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
-                    b.result = Some(Err(sidecache_pool::Error::WritesPending {
-                        addr: node.addr().to_string(),
-                    }));
-                    continue;
+                    late = true;
+                    break;
                 }
+            }
+            if late {
+                b.result = Some(Err(sidecache_pool::Error::WritesPending {
+                    addr: node.addr().to_string(),
+                }));
+                continue;
             }
             match node.conn(session, hint) {
                 Some(conn) => match conn.submit(payload, count).await {

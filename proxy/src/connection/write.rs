@@ -79,7 +79,6 @@ impl Client {
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };
-            tracing::debug!(node = %n.addr(), ?slot, "queueing write-behind write");
             if let Err(e) = shared.upstream.queue_write(
                 &n,
                 Write {

@@ -32,6 +32,7 @@ fn complete(c: &CommandInfo, a: &str) -> bool {
 
 fn range(begin: usize, lastkey: i64, keystep: i64, limit: i64) -> KeySpec {
     KeySpec {
+        writes: false,
         begin: BeginSearch::Index(begin),
         find: FindKeys::Range {
             lastkey,
@@ -61,6 +62,7 @@ fn keynum_and_keyword() {
         0,
         0,
         vec![KeySpec {
+            writes: false,
             begin: BeginSearch::Index(2),
             find: FindKeys::Keynum {
                 keynumidx: 0,
@@ -79,6 +81,7 @@ fn keynum_and_keyword() {
         0,
         0,
         vec![KeySpec {
+            writes: false,
             begin: BeginSearch::Keyword {
                 keyword: b"STREAMS".to_vec(),
                 startfrom: 1,
@@ -103,6 +106,7 @@ fn keynum_and_keyword() {
         vec![
             range(1, 0, 1, 0),
             KeySpec {
+                writes: false,
                 begin: BeginSearch::Index(2),
                 find: FindKeys::Keynum {
                     keynumidx: 0,
@@ -118,6 +122,7 @@ fn keynum_and_keyword() {
     );
     // SORT: the first key is expressible, the STORE target is not.
     let unknown = KeySpec {
+        writes: false,
         begin: BeginSearch::Unknown,
         find: FindKeys::Unknown,
     };
@@ -145,4 +150,39 @@ fn lowercase_is_bounded() {
     let mut b = [0u8; MAX_NAME];
     assert_eq!(lowercase(b"GeT", &mut b), Some(&b"get"[..]));
     assert_eq!(lowercase(&[b'a'; 65], &mut b), None);
+}
+
+#[test]
+fn written_keys_follow_spec_flags() {
+    // ZUNIONSTORE dest numkeys src...: only the destination is written.
+    let mut dest = range(1, 0, 1, 0);
+    dest.writes = true;
+    let zu = info(
+        -4,
+        0,
+        0,
+        0,
+        vec![
+            dest,
+            KeySpec {
+                writes: false,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Keynum {
+                    keynumidx: 0,
+                    firstkey: 1,
+                    keystep: 1,
+                },
+            },
+        ],
+    );
+    assert!(zu.writes_keys());
+    let mut out = Vec::new();
+    zu.keys_where(&args("ZUNIONSTORE d 2 a b"), &mut out, true)
+        .expect("keys");
+    assert_eq!(out, vec![1]);
+    // PFCOUNT: a readonly command with an RW key.
+    let mut rw = range(1, -1, 1, 0);
+    rw.writes = true;
+    let pfcount = info(-2, 1, -1, 1, vec![rw]);
+    assert!(!pfcount.flags.write && pfcount.writes_keys());
 }
