@@ -53,6 +53,9 @@ struct Inner {
     refresh: Notify,
     closed: tokio_util_free::CancelFlag,
     wb: WriteBehind,
+    /// Per slot: the node (as `Arc::as_ptr`) its last write-behind write was
+    /// queued on; 0 for none. Detects a slot that moved between writes.
+    slot_last: Box<[std::sync::atomic::AtomicUsize]>,
 }
 
 /// Handle to the upstream; cheap to clone.
@@ -143,6 +146,9 @@ impl Upstream {
             refresh: Notify::new(),
             closed: tokio_util_free::CancelFlag::default(),
             wb: WriteBehind::new(cfg.write.clone()),
+            slot_last: (0..crate::slot::SLOT_COUNT)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
             cfg,
         });
         let up = Upstream { inner };
@@ -212,6 +218,39 @@ impl Upstream {
             })
             .ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
         q.push(&self.inner.wb, write, permit)
+    }
+
+    /// When the slot's previous write-behind write was queued on another
+    /// node (the slot moved), a barrier on that node's queue: writes to a key
+    /// must not overtake earlier ones still queued for its old owner.
+    ///
+    /// # Race window
+    /// Records `node` as the slot's owner before the caller queues the
+    /// write; a concurrent write to the same slot on the old node queued
+    /// after this check is a write the new owner will MOVED-redirect in order.
+    pub fn reroute_barrier(
+        &self,
+        slot: Slot,
+        node: &Arc<Node>,
+        db: u16,
+    ) -> Option<crate::write_behind::Barrier> {
+        let me = Arc::as_ptr(node) as usize;
+        let prev = self
+            .inner
+            .slot_last
+            .get(usize::from(slot.get()))?
+            .swap(me, std::sync::atomic::Ordering::AcqRel);
+        if prev == 0 || prev == me {
+            return None;
+        }
+        let old = {
+            let nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            nodes
+                .values()
+                .find(|n| Arc::as_ptr(n) as usize == prev)
+                .cloned()
+        }?;
+        old.write_queue(db)?.barrier()
     }
 
     /// Stops the background refresher.

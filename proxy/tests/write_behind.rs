@@ -540,3 +540,39 @@ async fn cluster_writes_land_on_their_masters_through_a_migration() {
     }
     proxy.stop().await;
 }
+
+/// A write upstream refuses for good (`-OOM`) is counted, and the proxy
+/// stops serving the value upstream never got.
+#[tokio::test]
+async fn permanently_failed_write_is_counted_and_uncached() {
+    let redis = RedisServer::start(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let pa = proxy.addr.to_string();
+    // Fill upstream directly until it refuses writes.
+    let big = "x".repeat(64 * 1024);
+    for i in 0..200 {
+        let r = raw(
+            &redis.addr(),
+            enc(&format!("SET fill{i} {big}")).as_bytes(),
+            1,
+        )
+        .await;
+        if r.starts_with(b"-OOM") {
+            break;
+        }
+    }
+    // Acknowledged by the proxy (write-behind), refused by upstream.
+    assert_eq!(
+        raw(&pa, enc(&format!("SET victim {big}")).as_bytes(), 1).await,
+        b"+OK\r\n"
+    );
+    drained(&pa).await;
+    let info = String::from_utf8_lossy(&raw(&pa, b"INFO proxy\r\n", 1).await).into_owned();
+    assert!(info_field(&info, "writes_failed") >= 1, "{info}");
+    // Not served from the L1 any more: the read goes upstream, which has nothing.
+    assert_eq!(
+        raw(&pa, b"EXISTS victim\r\nGET victim\r\n", 2).await,
+        b":0\r\n$-1\r\n"
+    );
+    proxy.stop().await;
+}
