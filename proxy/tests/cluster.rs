@@ -6,10 +6,9 @@
 mod support;
 
 use std::collections::HashSet;
-use std::process::Command;
 
 use redis::AsyncCommands;
-use support::{raw, Cluster, Proxy};
+use support::{cli, raw, Cluster, Proxy};
 
 /// Waits until a node answers `want` (acknowledged writes reach upstream
 /// shortly after the acknowledgement with write-behind). Async: the proxy
@@ -27,16 +26,6 @@ async fn eventually(port: u16, args: &[&str], want: &str) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .arg("-p")
-        .arg(port.to_string())
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[tokio::test]

@@ -496,3 +496,14 @@ pub fn info_field(info: &str, field: &str) -> u64 {
         .map(|v| v.trim().parse().expect("number"))
         .unwrap_or_else(|| panic!("{field} missing in INFO"))
 }
+
+/// Runs `redis-cli -p PORT ARGS…` and returns its trimmed output.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

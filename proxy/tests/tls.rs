@@ -51,33 +51,50 @@ fn tls_port() -> u16 {
         .port()
 }
 
+/// A redis-server with TLS on `port` (certificates from `certs`) plus `extra`
+/// arguments; its plain port serves only the harness's readiness check.
+fn tls_server(certs: &Certs, port: u16, extra: &[&str]) -> RedisServer {
+    let p = port.to_string();
+    let (cert, key, ca) = (
+        certs.path("server.pem"),
+        certs.path("server.key"),
+        certs.path("ca.pem"),
+    );
+    let mut args = vec![
+        "--tls-port",
+        &p,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    args.extend_from_slice(extra);
+    RedisServer::start(&args)
+}
+
 #[tokio::test]
 async fn tls_with_password_and_acl_user() {
     let certs = Certs::new();
     let port = tls_port();
-    let p = port.to_string();
-    // The plain port serves only the readiness check of the test harness.
-    let redis = RedisServer::start(&[
-        "--tls-port",
-        &p,
-        "--tls-cert-file",
-        &certs.path("server.pem"),
-        "--tls-key-file",
-        &certs.path("server.key"),
-        "--tls-ca-cert-file",
-        &certs.path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-        "--requirepass",
-        "pw",
-        "--user",
-        "app",
-        "on",
-        ">apppass",
-        "~*",
-        "&*",
-        "+@all",
-    ]);
+    let redis = tls_server(
+        &certs,
+        port,
+        &[
+            "--requirepass",
+            "pw",
+            "--user",
+            "app",
+            "on",
+            ">apppass",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
     let ca = certs.path("ca.pem");
     // Password (default user), certificate checked against "localhost".
     let proxy = Proxy::start(
@@ -116,21 +133,7 @@ async fn tls_with_password_and_acl_user() {
 async fn bad_certificate_or_password_fails_at_start() {
     let certs = Certs::new();
     let port = tls_port();
-    let p = port.to_string();
-    let _redis = RedisServer::start(&[
-        "--tls-port",
-        &p,
-        "--tls-cert-file",
-        &certs.path("server.pem"),
-        "--tls-key-file",
-        &certs.path("server.key"),
-        "--tls-ca-cert-file",
-        &certs.path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-        "--requirepass",
-        "pw",
-    ]);
+    let _redis = tls_server(&certs, port, &["--requirepass", "pw"]);
     let start = |url: String, extra: Vec<String>| async move {
         let mut args = vec![
             "sidecache".to_string(),

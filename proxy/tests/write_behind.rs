@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use redis::AsyncCommands;
 use sidecache_pool::resp::Scanner;
-use support::{eventually_raw, info_field, raw, Cluster, Proxy, ProxyProcess, RedisServer};
+use support::{cli, eventually_raw, info_field, raw, Cluster, Proxy, ProxyProcess, RedisServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn enc(line: &str) -> String {
@@ -93,6 +93,8 @@ async fn writes_then_forwarded_commands_keep_order() {
             "{script:?}"
         );
         drained(&proxy.addr.to_string()).await;
+        // Let the 1 ms TTLs of the scripts pass on both servers.
+        tokio::time::sleep(Duration::from_millis(10)).await;
         for key in ["k", "k2", "a", "b", "c", "j"] {
             let q = enc(&format!("GET {key}")) + &enc(&format!("TYPE {key}"));
             let up = raw(&redis.addr(), q.as_bytes(), 2).await;
@@ -449,15 +451,6 @@ async fn relative_expiry_becomes_absolute() {
 async fn cluster_writes_land_on_their_masters_through_a_migration() {
     let cluster = Cluster::start();
     let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
-    let cli = |port: u16, args: &[&str]| {
-        let out = std::process::Command::new("redis-cli")
-            .arg("-p")
-            .arg(port.to_string())
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
     // Pick a slot to migrate and keys in it, plus keys everywhere.
     let hot: Vec<String> = (0..200).map(|i| format!("{{hot}}:{i}")).collect();
     let slot = sidecache_pool::Slot::for_key(b"{hot}").get().to_string();
@@ -492,15 +485,6 @@ async fn cluster_writes_land_on_their_masters_through_a_migration() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     // Migrate the slot while the writer runs.
     tokio::task::spawn_blocking(move || {
-        let cli = |port: u16, args: &[&str]| {
-            let out = std::process::Command::new("redis-cli")
-                .arg("-p")
-                .arg(port.to_string())
-                .args(args)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).trim().to_owned()
-        };
         cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]);
         cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]);
         loop {
