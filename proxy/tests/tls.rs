@@ -14,7 +14,10 @@ struct Certs {
 
 impl Certs {
     fn new() -> Certs {
-        let dir = std::env::temp_dir().join(format!("sidecache-tls-{}", std::process::id()));
+        // One directory per test: tests run in parallel and each removes its own.
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sidecache-tls-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
