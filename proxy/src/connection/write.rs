@@ -103,12 +103,12 @@ impl Client {
                     db,
                     slot,
                     cmd,
-                    keys: keys.clone(),
+                    keys,
                 },
                 permit,
             ) {
-                for k in &keys {
-                    shared.invalidate(db, k);
+                for &(k, _) in &pairs {
+                    shared.invalidate(db, &args[k]);
                 }
                 let msg = format!("ERR {e}");
                 self.local_reply(|r| r.error(&msg));
