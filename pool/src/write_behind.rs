@@ -461,7 +461,13 @@ impl Batcher {
                 wb.stats.flushed.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            if retryable(text) || text.starts_with(b"ERR upstream") {
+            // A redirect still unresolved after following it (maps changing
+            // during a failover) is retried too, after a refresh.
+            if retryable(text)
+                || text.starts_with(b"ERR upstream")
+                || text.starts_with(b"MOVED ")
+                || text.starts_with(b"ASK ")
+            {
                 wb.stats.retries.fetch_add(1, Ordering::Relaxed);
                 self.up.request_refresh();
                 tokio::time::sleep(backoff).await;

@@ -192,16 +192,23 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_inner(&[], true))
+        Cluster::start_with_replicas(0)
+    }
+
+    /// 3 masters with `replicas` replicas each (`nodes[3..]` are replicas
+    /// after creation, in redis-cli's assignment).
+    pub fn start_with_replicas(replicas: usize) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| RedisServer::start_inner(&["--repl-diskless-sync-delay", "0"], true))
             .collect();
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
         for n in &nodes {
             cmd.arg(n.addr());
         }
+        let r = replicas.to_string();
         let out = cmd
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &r, "--cluster-yes"])
             .output()
             .expect("redis-cli must be installed (see .ci/run)");
         assert!(
