@@ -23,9 +23,6 @@ pub struct Flags {
     pub movablekeys: bool,
     /// Pub/sub command.
     pub pubsub: bool,
-    /// May change data although not flagged `write` (PFCOUNT rewrites its
-    /// cached cardinality; scripts).
-    pub may_replicate: bool,
 }
 
 /// Where a key search begins.
@@ -433,7 +430,6 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
             Some(b"blocking") => flags.blocking = true,
             Some(b"movablekeys") => flags.movablekeys = true,
             Some(b"pubsub") => flags.pubsub = true,
-            Some(b"may_replicate") => flags.may_replicate = true,
             _ => {}
         }
     }

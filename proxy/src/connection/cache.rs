@@ -17,8 +17,8 @@ use crate::resp::request::Request;
 /// Write commands whose effect reaches beyond their key arguments (another
 /// database, every key): they clear the whole L1.
 const CLEARS_ALL: &[&str] = &["move", "copy", "swapdb", "flushall", "flushdb"];
-/// Commands not flagged `write` that may write the keys they declare (also
-/// caught by `may_replicate`; listed in case a server does not flag them).
+/// Commands not flagged `write` that may write the keys they declare (their
+/// key specs say so too; listed in case a server's do not).
 const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
 
 impl Client {
@@ -135,7 +135,6 @@ impl Client {
         args: &[Bytes],
     ) -> Option<Inval> {
         // Key-spec flags catch readonly commands that rewrite a key (PFCOUNT);
-        // `may_replicate` alone is not used: PUBLISH has it and no keys.
         let writes = info.writes_keys() || SCRIPTS.contains(&info.name.as_str());
         if !self.shared.l1.enabled() || !writes {
             return None;
