@@ -52,12 +52,16 @@ type Shard = Mutex<HashMap<(u16, Bytes), Arc<Flight>>>;
 #[derive(Debug)]
 pub struct Flights {
     shards: Box<[Shard]>,
+    /// Flights registered: every write calls [`Flights::forget`], which
+    /// skips the lock when there are none (the common case between misses).
+    active: std::sync::atomic::AtomicUsize,
 }
 
 impl Default for Flights {
     fn default() -> Self {
         Flights {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            active: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 }
@@ -94,7 +98,10 @@ impl Flights {
         }
         let (tx, _) = watch::channel(None);
         let f = Arc::new(Flight { tx });
-        map.insert((db, key.clone()), Arc::clone(&f));
+        if map.insert((db, key.clone()), Arc::clone(&f)).is_none() {
+            self.active
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         Role::Lead(f)
     }
 
@@ -110,22 +117,35 @@ impl Flights {
             .is_some_and(|f| Arc::ptr_eq(f, flight))
         {
             map.remove(&(db, key.clone()));
+            self.active
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
 
     /// Forgets the key's flight: later readers start a fresh fetch.
     pub fn forget(&self, db: u16, key: &Bytes) {
+        // None registered: nothing to forget (a flight registered after this
+        // check began after the invalidation that called us).
+        if self.active.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return;
+        }
         let mut map = self
             .shard(db, key)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        map.remove(&(db, key.clone()));
+        if map.remove(&(db, key.clone())).is_some() {
+            self.active
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 
     /// Forgets every flight (FLUSHALL and friends).
     pub fn forget_all(&self) {
         for s in self.shards.iter() {
-            s.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            let mut map = s.lock().unwrap_or_else(|p| p.into_inner());
+            self.active
+                .fetch_sub(map.len(), std::sync::atomic::Ordering::AcqRel);
+            map.clear();
         }
     }
 }
