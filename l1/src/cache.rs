@@ -330,12 +330,19 @@ impl L1 {
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
     /// cached (a filtered key or an oversized value is only invalidated).
-    pub fn insert_written(&self, db: u16, key: &Bytes, value: &Bytes, deadline: Instant) -> bool {
+    /// `now` is the caller's clock read (one per write, not one per step).
+    pub fn insert_written(
+        &self,
+        db: u16,
+        key: &Bytes,
+        value: &Bytes,
+        deadline: Instant,
+        now: Instant,
+    ) -> bool {
         let Some(cache) = &self.cache else {
             return false;
         };
         self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
-        let now = Instant::now();
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
@@ -432,7 +439,8 @@ mod tests {
             0,
             &b("k"),
             &b("new"),
-            Instant::now() + Duration::from_secs(5)
+            Instant::now() + Duration::from_secs(5),
+            Instant::now()
         ));
         assert!(
             !c.complete_fill(t, 0, b("k"), Some(b("old")), -1),
@@ -440,7 +448,7 @@ mod tests {
         );
         assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("new"))));
         // Already expired: not cached, and the old entry is gone.
-        assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now()));
+        assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now(), Instant::now()));
         assert_eq!(c.get(0, &b("k")), Lookup::Miss);
     }
 

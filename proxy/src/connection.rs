@@ -279,13 +279,14 @@ impl Client {
         };
         let cluster = self.topo.is_cluster();
         if self.shared.config.write_mode == WriteMode::WriteBehind
-            && matches!(info.name.as_str(), "set" | "setex" | "psetex" | "mset")
+            && info.write_behind
             && self.write_behind(&info.name, args).await
         {
             return Flow::Continue;
         }
         let inval = self.write_invalidation(info, args);
-        if info.name == "mget" && shared.l1.enabled() && args.len() >= 2 {
+        if info.handling == Handling::Split(Merge::Values) && shared.l1.enabled() && args.len() >= 2
+        {
             self.mget(req);
             return Flow::Continue;
         }
@@ -342,12 +343,7 @@ impl Client {
                 match slot {
                     Some(s) => match self.topo.node_index(s) {
                         Ok(n) => self.forward(n, Some(s), &req.raw),
-                        Err(e) => {
-                            self.shared.upstream.request_refresh();
-                            self.local_reply(|r| {
-                                r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))
-                            });
-                        }
+                        Err(e) => self.slot_error(&e),
                     },
                     None => self.forward(0, None, &req.raw),
                 }
@@ -376,8 +372,7 @@ impl Client {
             let slot = groups[0].0;
             match self.topo.node_index(slot) {
                 Ok(n) => self.forward(n, Some(slot), &req.raw),
-                Err(e) => self
-                    .local_reply(|r| r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))),
+                Err(e) => self.slot_error(&e),
             }
             return;
         }
@@ -386,9 +381,7 @@ impl Client {
             let node = match self.topo.node_index(slot) {
                 Ok(n) => n,
                 Err(e) => {
-                    self.local_reply(|r| {
-                        r.error(&format!("CLUSTERDOWN Hash slot not served ({e})"))
-                    });
+                    self.slot_error(&e);
                     return;
                 }
             };

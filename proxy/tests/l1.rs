@@ -8,32 +8,7 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use support::{raw, raw_on, Proxy, RedisServer};
-
-async fn upstream_calls(redis: &RedisServer, cmd: &str) -> u64 {
-    let mut c = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{cmd}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
-        .unwrap_or(0)
-}
-
-fn info_field(info: &str, field: &str) -> u64 {
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_else(|| panic!("{field} missing in INFO"))
-}
+use support::{info_field, raw, raw_on, upstream_calls, Proxy, RedisServer};
 
 #[tokio::test]
 async fn hits_do_not_reach_upstream() {

@@ -514,3 +514,25 @@ pub fn cli(port: u16, args: &[&str]) -> String {
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
+
+/// Calls of `cmd` in an `INFO commandstats` text (0 if never called).
+pub fn command_calls(stats: &str, cmd: &str) -> u64 {
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| {
+            rest.split(',')
+                .next()
+                .expect("calls")
+                .parse()
+                .expect("number")
+        })
+        .unwrap_or(0)
+}
+
+/// Calls of `cmd` the upstream server has seen.
+pub async fn upstream_calls(redis: &RedisServer, cmd: &str) -> u64 {
+    let stats = raw(&redis.addr(), b"INFO commandstats\r\n", 1).await;
+    command_calls(&String::from_utf8_lossy(&stats), cmd)
+}

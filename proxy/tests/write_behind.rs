@@ -206,12 +206,7 @@ fn redis_benchmark_load_then_sigterm() {
         .args(["-p", &redis.port.to_string(), "info", "commandstats"])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&stats.stdout).into_owned();
-    let calls: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-        .map(|r| r.split(',').next().unwrap().parse().unwrap())
-        .unwrap();
+    let calls = support::command_calls(&String::from_utf8_lossy(&stats.stdout), "set");
     assert_eq!(
         calls, queued,
         "every acknowledged SET reached upstream exactly once"

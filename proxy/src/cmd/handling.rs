@@ -39,6 +39,50 @@ pub enum Handling {
     Unsupported(&'static str),
 }
 
+/// What a command makes the L1 drop; decided once per command when the
+/// table is loaded, read by every dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// A read: nothing.
+    None,
+    /// Its keys; with `written_only`, only those whose key spec says they
+    /// may change (ZUNIONSTORE's destination, not its sources).
+    Keys {
+        /// Only the keys of writing key specs.
+        written_only: bool,
+    },
+    /// Everything: it reaches beyond its key arguments (another database,
+    /// every key).
+    All,
+}
+
+/// Commands not flagged `write` that may write the keys they declare (their
+/// key specs say so too; listed in case a server's do not).
+const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
+/// Write commands whose effect reaches beyond their key arguments.
+const CLEARS_ALL: &[&str] = &["move", "copy", "swapdb", "flushall", "flushdb"];
+
+/// The invalidation of a command. `writes_keys`: it is flagged `write` or a
+/// key spec may change its key (PFCOUNT is `readonly` with an RW key);
+/// `spec_writes`: some key spec says which keys change.
+pub fn invalidation(name: &str, writes_keys: bool, spec_writes: bool) -> Invalidation {
+    if CLEARS_ALL.contains(&name) {
+        Invalidation::All
+    } else if writes_keys || SCRIPTS.contains(&name) {
+        Invalidation::Keys {
+            written_only: spec_writes,
+        }
+    } else {
+        Invalidation::None
+    }
+}
+
+/// Whether a command may be acknowledged from memory (write-behind); the
+/// arguments decide in [`super::write::plan`].
+pub fn write_behind(name: &str) -> bool {
+    matches!(name, "set" | "setex" | "psetex" | "mset")
+}
+
 const TRANSACTIONS: &str = "transactions (MULTI/EXEC/WATCH) are not supported by sidecache yet";
 const PUBSUB: &str = "pub/sub subscriptions and MONITOR are not supported by sidecache yet";
 const BLOCKING: &str = "blocking commands are not supported by sidecache yet";

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sidecache_pool::resp::Value;
 
-use super::handling::{self, Handling};
+use super::handling::{self, Handling, Invalidation};
 
 /// Command flags the proxy cares about.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -99,6 +99,10 @@ pub struct CommandInfo {
     pub subcommands: HashMap<Vec<u8>, Arc<CommandInfo>>,
     /// How the proxy handles it.
     pub handling: Handling,
+    /// What it makes the L1 drop.
+    pub invalidation: Invalidation,
+    /// Whether it may be acknowledged from memory (write-behind).
+    pub write_behind: bool,
 }
 
 /// Why keys could not be extracted.
@@ -438,7 +442,7 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
     let step = items.next().and_then(|v| v.as_int()).unwrap_or(0);
     let _acl = items.next();
     let _tips = items.next();
-    let specs = items
+    let specs: Vec<KeySpec> = items
         .next()
         .and_then(Value::into_items)
         .unwrap_or_default()
@@ -459,7 +463,8 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
         }
     }
     let handling = handling::for_command(&name, container, flags);
-    Some(CommandInfo {
+    let write_behind = container.is_none() && handling::write_behind(&name);
+    let mut info = CommandInfo {
         name,
         arity,
         flags,
@@ -469,7 +474,12 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
         specs,
         subcommands,
         handling,
-    })
+        invalidation: Invalidation::None,
+        write_behind,
+    };
+    let spec_writes = info.specs.iter().any(|s| s.writes);
+    info.invalidation = handling::invalidation(&info.name, info.writes_keys(), spec_writes);
+    Some(info)
 }
 
 #[cfg(test)]

@@ -10,16 +10,10 @@ use sidecache_pool::resp;
 use sidecache_pool::Slot;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
+use crate::cmd::handling::Invalidation;
 use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
 use crate::resp::request::Request;
-
-/// Write commands whose effect reaches beyond their key arguments (another
-/// database, every key): they clear the whole L1.
-const CLEARS_ALL: &[&str] = &["move", "copy", "swapdb", "flushall", "flushdb"];
-/// Commands not flagged `write` that may write the keys they declare (their
-/// key specs say so too; listed in case a server's do not).
-const SCRIPTS: &[&str] = &["eval", "evalsha", "fcall"];
 
 impl Client {
     /// The node and slot a key routes to; `Err` when no node serves it.
@@ -35,7 +29,9 @@ impl Client {
         Ok((node, Some(slot)))
     }
 
-    fn slot_error(&mut self, e: &sidecache_pool::Error) {
+    /// Replies Redis Cluster's error for a slot no master serves, and asks
+    /// for a fresh slot map.
+    pub(super) fn slot_error(&mut self, e: &sidecache_pool::Error) {
         self.shared.upstream.request_refresh();
         let msg = format!("CLUSTERDOWN Hash slot not served ({e})");
         self.local_reply(|r| r.error(&msg));
@@ -134,27 +130,26 @@ impl Client {
         info: &CommandInfo,
         args: &[Bytes],
     ) -> Option<Inval> {
-        // Key-spec flags catch readonly commands that rewrite a key (PFCOUNT);
-        let writes = info.writes_keys() || SCRIPTS.contains(&info.name.as_str());
-        if !self.shared.l1.enabled() || !writes {
-            return None;
-        }
+        let written_only = match info.invalidation {
+            Invalidation::None => return None,
+            _ if !self.shared.l1.enabled() => return None,
+            Invalidation::Keys { written_only } => Some(written_only),
+            Invalidation::All => None,
+        };
         self.batch_writes = true;
-        let inval = if CLEARS_ALL.contains(&info.name.as_str()) {
-            Inval::All
-        } else {
-            self.keys.clear();
-            // Only the keys the command may change: ZUNIONSTORE drops its
-            // destination, not its sources; PFCOUNT its RW key.
-            let written_only = info.specs.iter().any(|s| s.writes);
-            match info.keys_where(args, &mut self.keys, written_only) {
-                Ok(true) if !self.keys.is_empty() => {
-                    Inval::Keys(self.keys.iter().map(|&i| args[i].clone()).collect())
+        let inval = match written_only {
+            None => Inval::All,
+            Some(written_only) => {
+                self.keys.clear();
+                match info.keys_where(args, &mut self.keys, written_only) {
+                    Ok(true) if !self.keys.is_empty() => {
+                        Inval::Keys(self.keys.iter().map(|&i| args[i].clone()).collect())
+                    }
+                    // Wrong arity: upstream will refuse it; nothing changes.
+                    Err(crate::cmd::table::KeysError::Invalid) => return None,
+                    // Keys unknown or incomplete, or a keyless write: be safe.
+                    _ => Inval::All,
                 }
-                // Wrong arity: upstream will refuse it; nothing changes.
-                Err(crate::cmd::table::KeysError::Invalid) => return None,
-                // Keys unknown or incomplete, or a keyless write: be safe.
-                _ => Inval::All,
             }
         };
         self.apply(&inval);

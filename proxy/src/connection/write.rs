@@ -134,7 +134,7 @@ impl Client {
             } else {
                 self.shared
                     .l1
-                    .insert_written(db, &args[k], &args[v], deadline);
+                    .insert_written(db, &args[k], &args[v], deadline, now);
                 self.shared.flights.forget(db, &args[k]);
             }
         }

@@ -17,6 +17,8 @@ fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> Co
         specs,
         subcommands: HashMap::new(),
         handling: Handling::Forward,
+        invalidation: super::handling::Invalidation::None,
+        write_behind: false,
     }
 }
 
