@@ -155,4 +155,21 @@ mod tests {
             Handling::Unsupported(_)
         ));
     }
+
+    #[test]
+    fn invalidations() {
+        assert_eq!(invalidation("get", false, false), Invalidation::None);
+        assert_eq!(
+            invalidation("pfcount", true, true),
+            Invalidation::Keys { written_only: true }
+        );
+        assert_eq!(
+            invalidation("eval", false, false),
+            Invalidation::Keys {
+                written_only: false
+            }
+        );
+        assert_eq!(invalidation("flushall", true, false), Invalidation::All);
+        assert!(write_behind("setex") && !write_behind("setnx"));
+    }
 }
