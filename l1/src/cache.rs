@@ -21,7 +21,7 @@
 //! keys with the same hash; a collision only discards a fill, never keeps a
 //! stale one.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,6 +174,11 @@ pub struct L1 {
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
     stats: Arc<Stats>,
+    /// Bit `d` set: database `d` (bit 63: some database ≥ 63) ever held an
+    /// entry. Invalidations that name no database visit only these.
+    used_dbs: AtomicU64,
+    /// The highest database that ever held an entry.
+    max_db: AtomicU32,
 }
 
 impl std::fmt::Debug for L1 {
@@ -206,6 +211,8 @@ impl L1 {
             cache,
             epochs,
             stats,
+            used_dbs: AtomicU64::new(0),
+            max_db: AtomicU32::new(0),
         }
     }
 
@@ -263,6 +270,9 @@ impl L1 {
 
     /// Starts a fill: call before the fetch is sent upstream.
     pub fn begin_fill(&self, db: u16, key: &[u8]) -> FillTicket {
+        // Before the epoch is read: an invalidation naming no database
+        // that is applied after this fill began must visit `db`.
+        self.mark_used(db);
         let bucket = Self::bucket(db, key);
         FillTicket {
             bucket,
@@ -342,6 +352,7 @@ impl L1 {
         let Some(cache) = &self.cache else {
             return false;
         };
+        self.mark_used(db);
         self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
@@ -369,6 +380,44 @@ impl L1 {
         self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
         cache.remove(&KeyRef { db, key });
         Stats::add(&self.stats.invalidations, 1);
+    }
+
+    /// Records that `db` may hold entries: called before a fill or a
+    /// write reads or bumps an epoch (a read, then a write only the first
+    /// time; the bit never clears).
+    fn mark_used(&self, db: u16) {
+        let bit = 1u64 << db.min(63);
+        if self.used_dbs.load(Ordering::SeqCst) & bit == 0 {
+            self.max_db.fetch_max(u32::from(db), Ordering::SeqCst);
+            self.used_dbs.fetch_or(bit, Ordering::SeqCst);
+        }
+    }
+
+    /// Drops a key from every database that holds entries (an upstream
+    /// invalidation names keys, not databases).
+    pub fn invalidate_any_db(&self, key: &Bytes) {
+        self.for_used_dbs(|db| self.invalidate(db, key));
+    }
+
+    /// Calls `f` with every database that ever held an entry.
+    pub fn for_used_dbs(&self, mut f: impl FnMut(u16)) {
+        let used = self.used_dbs.load(Ordering::SeqCst);
+        let max = self.max_db.load(Ordering::SeqCst).min(u32::from(u16::MAX)) as u16;
+        for db in 0..=max {
+            if used & (1u64 << db.min(63)) != 0 {
+                f(db);
+            }
+        }
+    }
+
+    /// Drops every entry for which `drop(db, key)` holds, and discards every
+    /// fill in flight (a channel lost: what it covered may be stale).
+    pub fn invalidate_where(&self, drop: impl Fn(u16, &[u8]) -> bool) {
+        let Some(cache) = &self.cache else { return };
+        for e in self.epochs.iter() {
+            e.fetch_add(1, Ordering::AcqRel);
+        }
+        cache.retain(|k, _| !drop(k.db, k.key.as_slice()));
     }
 
     /// Drops everything (FLUSHALL, FLUSHDB, lost coherence).
@@ -450,6 +499,44 @@ mod tests {
         // Already expired: not cached, and the old entry is gone.
         assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now(), Instant::now()));
         assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    }
+
+    #[test]
+    fn invalidations_without_a_database_reach_every_used_one() {
+        let c = l1(1 << 20);
+        for db in [0u16, 3, 70] {
+            let t = c.begin_fill(db, b"k");
+            assert!(c.complete_fill(t, db, b("k"), Some(b("v")), -1));
+        }
+        let t = c.begin_fill(5, b"other");
+        assert!(c.complete_fill(t, 5, b("other"), Some(b("v")), -1));
+        let mut seen = Vec::new();
+        c.for_used_dbs(|db| seen.push(db));
+        assert!(seen.contains(&0) && seen.contains(&3) && seen.contains(&5) && seen.contains(&70));
+        assert!(!seen.contains(&1));
+        c.invalidate_any_db(&b("k"));
+        for db in [0u16, 3, 70] {
+            assert_eq!(c.get(db, &b("k")), Lookup::Miss, "db {db}");
+        }
+        assert_eq!(c.get(5, &b("other")), Lookup::Hit(Some(b("v"))));
+    }
+
+    #[test]
+    fn invalidate_where_drops_matching_keys_and_fills_in_flight() {
+        let c = l1(1 << 20);
+        for k in ["a:1", "a:2", "b:1"] {
+            let t = c.begin_fill(0, k.as_bytes());
+            assert!(c.complete_fill(t, 0, b(k), Some(b("v")), -1));
+        }
+        let t = c.begin_fill(0, b"b:2");
+        c.invalidate_where(|_, k| k.starts_with(b"a:"));
+        assert_eq!(c.get(0, &b("a:1")), Lookup::Miss);
+        assert_eq!(c.get(0, &b("a:2")), Lookup::Miss);
+        assert_eq!(c.get(0, &b("b:1")), Lookup::Hit(Some(b("v"))));
+        assert!(
+            !c.complete_fill(t, 0, b("b:2"), Some(b("v")), -1),
+            "a fill begun before is discarded"
+        );
     }
 
     #[test]

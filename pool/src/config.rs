@@ -186,6 +186,8 @@ pub struct UpstreamConfig {
     pub max_reply_bulk: usize,
     /// Write-behind batching and queue bounds.
     pub write: crate::write_behind::WriteConfig,
+    /// How the L1 stays coherent with other writers.
+    pub coherence: crate::tracking::Coherence,
 }
 
 impl Default for UpstreamConfig {
@@ -199,6 +201,7 @@ impl Default for UpstreamConfig {
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,
             write: crate::write_behind::WriteConfig::default(),
+            coherence: crate::tracking::Coherence::default(),
         }
     }
 }

@@ -32,6 +32,7 @@ pub mod redirect;
 pub mod resp;
 pub mod slot;
 pub mod topology;
+pub mod tracking;
 pub mod upstream;
 pub mod write_behind;
 

@@ -20,6 +20,7 @@
 //! breaks, everything in flight fails with [`Error::ConnectionLost`]: those
 //! commands may or may not have run upstream.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,8 @@ use tracing::{debug, warn};
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};
 use crate::error::{Error, Result};
-use crate::resp::Scanner;
+use crate::resp::{self, Scanner};
+use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
 /// Requests queued per connection before callers wait (backpressure).
 const QUEUE: usize = 1024;
@@ -49,10 +51,28 @@ struct Request {
     reply: oneshot::Sender<Result<Replies>>,
 }
 
+/// Where the replies of a request go.
+enum Sink {
+    /// A caller waiting on its request.
+    Caller(oneshot::Sender<Result<Replies>>),
+    /// The connection's own `CLIENT TRACKING` registration.
+    Tracking,
+    /// The connection's own heartbeat.
+    Ping,
+}
+
+impl Sink {
+    fn fail(self, e: Error) {
+        if let Sink::Caller(tx) = self {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
+
 struct Inflight {
     count: usize,
     frames: Replies,
-    reply: oneshot::Sender<Result<Replies>>,
+    sink: Sink,
 }
 
 /// Handle to one multiplexed connection; cheap to clone.
@@ -65,7 +85,23 @@ impl MuxConn {
     /// Starts the connection's supervisor; it connects in the background.
     pub fn spawn(connector: Arc<Connector>, addr: NodeAddr, session: Session) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx));
+        tokio::spawn(supervise(connector, addr, session, rx, None));
+        MuxConn { tx }
+    }
+
+    /// Like [`MuxConn::spawn`], and the connection is `channel`'s
+    /// invalidation channel: on every (re)connect it registers
+    /// `CLIENT TRACKING` (before any request), hands pushes to the channel,
+    /// pings itself, and marks the channel down when it breaks.
+    /// `session.proto` must be RESP3.
+    pub(crate) fn spawn_tracked(
+        connector: Arc<Connector>,
+        addr: NodeAddr,
+        session: Session,
+        channel: Arc<Channel>,
+    ) -> MuxConn {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(supervise(connector, addr, session, rx, Some(channel)));
         MuxConn { tx }
     }
 
@@ -108,6 +144,7 @@ async fn supervise(
     addr: NodeAddr,
     session: Session,
     mut rx: mpsc::Receiver<Request>,
+    channel: Option<Arc<Channel>>,
 ) {
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -115,7 +152,11 @@ async fn supervise(
             Ok((rd, wr)) => {
                 debug!(%addr, "upstream connected");
                 backoff = Duration::from_millis(20);
-                let reason = run_connected(&addr, &connector, rd, wr, &mut rx).await;
+                let reason = run_connected(&addr, rd, wr, &mut rx, channel.as_ref()).await;
+                if let Some(ch) = &channel {
+                    let why = reason.as_ref().map_or("closed".to_owned(), |e| e.to_string());
+                    ch.set_down(&why);
+                }
                 match reason {
                     None => return,
                     Some(e) => warn!(%addr, error = %e, "upstream connection lost"),
@@ -146,23 +187,45 @@ async fn supervise(
 /// dropped (`None`).
 async fn run_connected(
     addr: &NodeAddr,
-    connector: &Connector,
     rd: ReadHalf,
     mut wr: WriteHalf,
     rx: &mut mpsc::Receiver<Request>,
+    channel: Option<&Arc<Channel>>,
 ) -> Option<Error> {
     let (inflight_tx, inflight_rx) = mpsc::channel::<Inflight>(INFLIGHT);
+    let pongs = Arc::new(AtomicU64::new(0));
     let mut reader = tokio::spawn(read_loop(
         addr.clone(),
         rd,
         inflight_rx,
-        connector.max_reply_bulk(),
+        channel.cloned(),
+        Arc::clone(&pongs),
     ));
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
     };
+    // A tracking channel registers before anything else is written, so no
+    // write this connection carries can predate the registration.
+    let mut heartbeat = None;
+    if let Some(ch) = channel {
+        let entry = Inflight {
+            count: 1,
+            frames: Vec::with_capacity(1),
+            sink: Sink::Tracking,
+        };
+        if inflight_tx.send(entry).await.is_err()
+            || wr.write_all(ch.handshake()).await.is_err()
+        {
+            return Some(lost("registering CLIENT TRACKING failed".into()));
+        }
+        let mut t = tokio::time::interval(HEARTBEAT);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        heartbeat = Some(t);
+    }
+    let mut pings: u64 = 0;
+    let mut ping_sent = std::time::Instant::now();
     loop {
         let first = tokio::select! {
             biased;
@@ -173,6 +236,28 @@ async fn run_connected(
                 });
             }
             r = rx.recv() => r,
+            _ = tick(&mut heartbeat) => {
+                if pongs.load(Ordering::Acquire) < pings {
+                    if ping_sent.elapsed() >= HEARTBEAT_TIMEOUT {
+                        return Some(Error::Timeout { addr: addr.to_string() });
+                    }
+                    continue;
+                }
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping };
+                if inflight_tx.send(entry).await.is_err() {
+                    continue;
+                }
+                let mut p = BytesMut::with_capacity(16);
+                resp::encode_command(&mut p, &[b"PING"]);
+                pings += 1;
+                ping_sent = std::time::Instant::now();
+                if let Err(e) = wr.write_all(&p).await {
+                    drop(inflight_tx);
+                    let _ = reader.await;
+                    return Some(lost(e.to_string()));
+                }
+                continue;
+            }
         };
         let Some(first) = first else {
             drop(inflight_tx);
@@ -186,10 +271,10 @@ async fn run_connected(
             let entry = Inflight {
                 count: req.count,
                 frames: Vec::with_capacity(req.count),
-                reply: req.reply,
+                sink: Sink::Caller(req.reply),
             };
             if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
-                let _ = entry.reply.send(Err(lost("reader stopped".into())));
+                entry.sink.fail(lost("reader stopped".into()));
             }
             if wbuf.len() < MAX_WRITE {
                 next = rx.try_recv().ok();
@@ -211,7 +296,8 @@ async fn read_loop(
     addr: NodeAddr,
     mut rd: ReadHalf,
     mut inflight: mpsc::Receiver<Inflight>,
-    _max_bulk: usize,
+    channel: Option<Arc<Channel>>,
+    pongs: Arc<AtomicU64>,
 ) -> Error {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
@@ -227,6 +313,9 @@ async fn read_loop(
                     let frame = buf.split_to(len).freeze();
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
+                        if let Some(ch) = &channel {
+                            ch.on_push(&frame);
+                        }
                         continue;
                     }
                     let mut cur = match current.take() {
@@ -238,7 +327,21 @@ async fn read_loop(
                     };
                     cur.frames.push(frame);
                     if cur.frames.len() >= cur.count {
-                        let _ = cur.reply.send(Ok(cur.frames));
+                        match cur.sink {
+                            Sink::Caller(tx) => {
+                                let _ = tx.send(Ok(cur.frames));
+                            }
+                            Sink::Ping => {
+                                pongs.fetch_add(1, Ordering::AcqRel);
+                            }
+                            Sink::Tracking => {
+                                let Some(ch) = &channel else { continue };
+                                match cur.frames.first().and_then(|f| resp::error_text(f)) {
+                                    None => ch.set_up(),
+                                    Some(e) => ch.refused(&String::from_utf8_lossy(e)),
+                                }
+                            }
+                        }
                     } else {
                         current = Some(cur);
                     }
@@ -258,10 +361,20 @@ async fn read_loop(
     };
     inflight.close();
     if let Some(c) = current {
-        let _ = c.reply.send(Err(err.clone()));
+        c.sink.fail(err.clone());
     }
     while let Ok(c) = inflight.try_recv() {
-        let _ = c.reply.send(Err(err.clone()));
+        c.sink.fail(err.clone());
     }
     err
+}
+
+/// The next heartbeat tick, or never.
+async fn tick(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::Connector;
 use crate::mux::MuxConn;
+use crate::tracking::{Channel, Hub};
 use crate::write_behind::WriteQueue;
 
 /// An upstream node (a master).
@@ -18,16 +19,34 @@ pub struct Node {
     pools: Box<[OnceLock<Box<[MuxConn]>>]>,
     /// Write-behind queue per database, started on first write.
     writers: Box<[OnceLock<WriteQueue>]>,
+    /// The invalidation channel (client tracking on).
+    channel: Option<Arc<Channel>>,
+    /// Its connection, which also carries database 0's write-behind
+    /// batches (so `NOLOOP` hides the proxy's own writes from it).
+    tracker: Option<MuxConn>,
 }
 
 impl Node {
     /// A node whose connections open on first use.
-    pub fn new(
+    pub(crate) fn new(
         addr: NodeAddr,
         connector: Arc<Connector>,
         pool_size: usize,
         databases: u16,
+        hub: Option<&Arc<Hub>>,
     ) -> Node {
+        let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
+        let tracker = channel.as_ref().map(|ch| {
+            MuxConn::spawn_tracked(
+                Arc::clone(&connector),
+                addr.clone(),
+                Session {
+                    db: 0,
+                    proto: Proto::Resp3,
+                },
+                Arc::clone(ch),
+            )
+        });
         let pools = (0..usize::from(databases.max(1)) * 2)
             .map(|_| OnceLock::new())
             .collect();
@@ -40,7 +59,27 @@ impl Node {
             pool_size: pool_size.max(1),
             pools,
             writers,
+            channel,
+            tracker,
         }
+    }
+
+    /// Whether values read from this node may be cached now: its
+    /// invalidation channel is up, or there is none (tracking off: the L1
+    /// TTL cap bounds staleness). Read the fill epoch before calling this.
+    pub fn coherent(&self) -> bool {
+        self.channel.as_ref().is_none_or(|c| c.is_up())
+    }
+
+    /// The invalidation channel, when tracking is on.
+    pub fn channel(&self) -> Option<&Arc<Channel>> {
+        self.channel.as_ref()
+    }
+
+    /// The connection database `db`'s write-behind batches use when it is
+    /// not a dedicated one: the tracking connection, for database 0.
+    pub(crate) fn write_conn(&self, db: u16) -> Option<MuxConn> {
+        (db == 0).then(|| self.tracker.clone()).flatten()
     }
 
     /// The node's address.

@@ -20,6 +20,7 @@ use crate::redirect::{self, Action};
 use crate::resp::{self, Value};
 use crate::slot::Slot;
 use crate::topology::{self, Topology};
+use crate::tracking::{Coherence, CoherenceListener, CoherenceMode, CoherenceStats, Hub};
 use crate::write_behind::{Write, WriteBehind, WriteQueue};
 
 /// Facts about the upstream read at start-up.
@@ -53,6 +54,9 @@ struct Inner {
     refresh: Notify,
     closed: tokio_util_free::CancelFlag,
     wb: WriteBehind,
+    /// Shared by the invalidation channels (client tracking in force).
+    hub: Option<Arc<Hub>>,
+    coherence: CoherenceMode,
     /// Per slot: the node (as `Arc::as_ptr`) its last write-behind write was
     /// queued on; 0 for none. Detects a slot that moved between writes.
     slot_last: Box<[std::sync::atomic::AtomicUsize]>,
@@ -138,6 +142,19 @@ impl Upstream {
             databases,
             cluster,
         };
+        let coherence = match &cfg.coherence {
+            Coherence::Off => CoherenceMode::Off,
+            Coherence::Tracking { prefixes } => {
+                let args = crate::tracking::handshake_args(prefixes);
+                probe_tracking(&connector, &seed_addr, &args).await?
+            }
+        };
+        let hub = match (&cfg.coherence, coherence) {
+            (Coherence::Tracking { prefixes }, CoherenceMode::Tracking) => {
+                Some(Arc::new(Hub::new(prefixes)))
+            }
+            _ => None,
+        };
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
             connector,
@@ -146,6 +163,8 @@ impl Upstream {
             refresh: Notify::new(),
             closed: tokio_util_free::CancelFlag::default(),
             wb: WriteBehind::new(cfg.write.clone()),
+            hub,
+            coherence,
             slot_last: (0..crate::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
@@ -163,7 +182,57 @@ impl Upstream {
             let node = up.node(&seed_addr);
             up.inner.topo.store(Arc::new(Topology::standalone(node)));
         }
+        up.await_channels(up.inner.cfg.connect_timeout).await;
         Ok(up)
+    }
+
+    /// Waits (at most `limit`) until every master's invalidation channel is
+    /// up, so the L1 caches from the first request; logs the ones that are not.
+    async fn await_channels(&self, limit: Duration) {
+        if self.inner.hub.is_none() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let (up, all) = self.channels_up();
+            if up == all {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                warn!(up, masters = all, "invalidation channels not all up yet; their keys are not cached until they are");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// How the L1 is kept coherent with other writers.
+    pub fn coherence_mode(&self) -> CoherenceMode {
+        self.inner.coherence
+    }
+
+    /// Invalidation channel counters (`None` without tracking).
+    pub fn coherence_stats(&self) -> Option<&CoherenceStats> {
+        self.inner.hub.as_deref().map(|h| &h.stats)
+    }
+
+    /// Masters whose invalidation channel is up, and all masters.
+    pub fn channels_up(&self) -> (usize, usize) {
+        let topo = self.topology();
+        let up = topo
+            .nodes()
+            .iter()
+            .filter(|n| n.channel().is_some_and(|c| c.is_up()))
+            .count();
+        (up, topo.nodes().len())
+    }
+
+    /// Who is told about invalidations (the proxy's L1). Set once, before
+    /// the first value is cached; later calls are ignored.
+    pub fn set_coherence_listener(&self, l: Arc<dyn CoherenceListener>) {
+        if let Some(h) = &self.inner.hub {
+            let _ = h.listener.set(l);
+        }
     }
 
     /// Facts read at start-up.
@@ -214,7 +283,7 @@ impl Upstream {
         let db = write.db;
         let q = node
             .write_queue_or(db, || {
-                WriteQueue::spawn(self.clone(), node.addr().clone(), db)
+                WriteQueue::spawn(self.clone(), node.addr().clone(), db, node.write_conn(db))
             })
             .ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
         q.push(&self.inner.wb, write, permit)
@@ -368,6 +437,7 @@ impl Upstream {
                 Arc::clone(&self.inner.connector),
                 self.inner.cfg.pool_size,
                 self.inner.info.databases,
+                self.inner.hub.as_ref(),
             ))
         }))
     }
@@ -403,6 +473,11 @@ impl Upstream {
         if changed {
             let masters: Vec<String> = new.nodes().iter().map(|n| n.addr().to_string()).collect();
             info!(masters = ?masters, "cluster topology");
+            // A new master's writes before its channel registered were seen
+            // by no channel: drop everything cached.
+            if let Some(l) = self.inner.hub.as_ref().and_then(|h| h.listener()) {
+                l.reset_all();
+            }
         }
         // Forget nodes that serve nothing any more.
         let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
@@ -446,6 +521,34 @@ async fn refresher(inner: Arc<Inner>, every: Duration) {
         }
         // Rate limit: at most a few refreshes a second, however many redirects.
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether `addr` accepts client tracking (`HELLO 3` + the registration
+/// the channels will send); a refusal is logged once and means TTL-only.
+async fn probe_tracking(
+    connector: &Connector,
+    addr: &NodeAddr,
+    args: &[&[u8]],
+) -> Result<CoherenceMode> {
+    let session = Session {
+        db: 0,
+        proto: crate::config::Proto::Resp3,
+    };
+    let r = match connector.oneshot(addr, session, &[args]).await {
+        Ok(r) => r,
+        Err(Error::Handshake { reply, .. }) => {
+            warn!(node = %addr, reply, "HELLO 3 refused: no client tracking; the L1 TTL cap alone bounds staleness");
+            return Ok(CoherenceMode::Unsupported);
+        }
+        Err(e) => return Err(e),
+    };
+    match r.first().and_then(|f| resp::error_text(f)) {
+        None => Ok(CoherenceMode::Tracking),
+        Some(e) => {
+            warn!(node = %addr, reply = %String::from_utf8_lossy(e), "CLIENT TRACKING refused: the L1 TTL cap alone bounds staleness of other clients' writes");
+            Ok(CoherenceMode::Unsupported)
+        }
     }
 }
 

@@ -290,7 +290,14 @@ impl WriteQueue {
     }
 
     /// Starts the batcher of one (node, database).
-    pub(crate) fn spawn(up: Upstream, addr: NodeAddr, db: u16) -> WriteQueue {
+    /// `conn`: the connection to flush on (the node's tracking connection);
+    /// `None` for a dedicated one.
+    pub(crate) fn spawn(
+        up: Upstream,
+        addr: NodeAddr,
+        db: u16,
+        conn: Option<MuxConn>,
+    ) -> WriteQueue {
         let wb = up.write_behind();
         // Capacity: the permits bound the total, so a push never finds the
         // channel full.
@@ -304,13 +311,15 @@ impl WriteQueue {
         let flushed_tx = q.flushed.clone();
         wb.live.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            let conn = up.dedicated_conn(
-                &addr,
-                Session {
-                    db,
-                    proto: Proto::Resp2,
-                },
-            );
+            let conn = conn.unwrap_or_else(|| {
+                up.dedicated_conn(
+                    &addr,
+                    Session {
+                        db,
+                        proto: Proto::Resp2,
+                    },
+                )
+            });
             let mut b = Batcher {
                 up,
                 conn,

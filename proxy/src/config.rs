@@ -48,6 +48,16 @@ pub enum WriteMode {
     WriteThrough,
 }
 
+/// Whether the L1 follows other clients' writes with Redis client tracking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrackingArg {
+    /// `CLIENT TRACKING ON BCAST NOLOOP` on every master.
+    On,
+    /// No invalidation channel: the L1 TTL cap alone bounds staleness.
+    Off,
+}
+
 /// Every option, as given (all optional so that sources can be merged).
 #[derive(Debug, Default, Parser, Deserialize)]
 #[command(
@@ -189,6 +199,11 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_WRITE_QUEUE_TIMEOUT", value_name = "SECS")]
     pub write_queue_timeout: Option<f64>,
 
+    /// Follow other clients' writes with Redis client tracking
+    /// (invalidation channel per master); off leaves only the TTL cap [default: on].
+    #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
+    pub tracking: Option<TrackingArg>,
+
     /// Never cache keys with this prefix (repeatable).
     #[arg(
         long,
@@ -281,6 +296,7 @@ impl Options {
             l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
             l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
             l1_cache_nil: self.l1_cache_nil.or(file.l1_cache_nil),
+            tracking: self.tracking.or(file.tracking),
             l1_include_prefix: if self.l1_include_prefix.is_empty() {
                 file.l1_include_prefix
             } else {
@@ -386,6 +402,16 @@ impl Config {
             connect_timeout: secs("--connect-timeout", o.connect_timeout, 3.0)?,
             refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
             tls_ca_file: o.tls_ca_file,
+            coherence: match o.tracking.unwrap_or(TrackingArg::On) {
+                TrackingArg::On => sidecache_pool::tracking::Coherence::Tracking {
+                    prefixes: o
+                        .l1_include_prefix
+                        .iter()
+                        .map(|p| p.as_bytes().to_vec())
+                        .collect(),
+                },
+                TrackingArg::Off => sidecache_pool::tracking::Coherence::Off,
+            },
             ..UpstreamConfig::default()
         };
         let proto_max_bulk_len = size(

@@ -476,6 +476,29 @@ impl Client {
             l1.evictions,
             l1.invalidations,
         ) + &self.write_section()
+            + &self.coherence_section()
+    }
+
+    fn coherence_section(&self) -> String {
+        let up = &self.shared.upstream;
+        let (channels_up, masters) = up.channels_up();
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = format!(
+            "# Coherence\r\ntracking:{}\r\ntracking_channels_up:{}\r\ntracking_masters:{}\r\n",
+            up.coherence_mode().as_str(),
+            channels_up,
+            masters,
+        );
+        if let Some(st) = up.coherence_stats() {
+            out.push_str(&format!(
+                "invalidation_messages:{}\r\ninvalidated_keys:{}\r\ninvalidation_flushes:{}\r\ntracking_channel_losses:{}\r\n",
+                l(&st.messages),
+                l(&st.invalidated_keys),
+                l(&st.flushes),
+                l(&st.channel_losses),
+            ));
+        }
+        out
     }
 
     fn write_section(&self) -> String {

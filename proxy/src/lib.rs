@@ -70,5 +70,8 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         .set_listener(Arc::new(state::InvalidateOnFailure(Arc::downgrade(
             &shared,
         ))));
+    shared
+        .upstream
+        .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(&shared))));
     Ok(shared)
 }

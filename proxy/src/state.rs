@@ -146,3 +146,57 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
         }
     }
 }
+
+/// Applies what the invalidation channels report to the L1 (and forgets
+/// flights begun before, so no reader joins a fetch that may predate the
+/// change).
+#[derive(Debug)]
+pub struct FollowInvalidations(pub std::sync::Weak<Shared>);
+
+impl sidecache_pool::tracking::CoherenceListener for FollowInvalidations {
+    fn invalidate(&self, keys: &[Bytes]) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        for k in keys {
+            shared.l1.for_used_dbs(|db| shared.invalidate(db, k));
+        }
+    }
+
+    fn reset_node(&self, node: &sidecache_pool::NodeAddr) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        let topo = shared.upstream.topology();
+        if !topo.is_cluster() {
+            shared.invalidate_all();
+            return;
+        }
+        let Some(idx) = topo.index_of(node) else {
+            // Serves nothing now: what it served was dropped when the
+            // topology changed.
+            return;
+        };
+        let owned: Vec<bool> = (0..sidecache_pool::slot::SLOT_COUNT)
+            .map(|s| {
+                sidecache_pool::Slot::new(s)
+                    .and_then(|s| topo.node_index(s).ok())
+                    .is_some_and(|i| i == idx)
+            })
+            .collect();
+        shared.l1.invalidate_where(|_, key| {
+            owned
+                .get(usize::from(sidecache_pool::Slot::for_key(key).get()))
+                .copied()
+                .unwrap_or(true)
+        });
+        shared.flights.forget_all();
+    }
+
+    fn reset_all(&self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.invalidate_all();
+        }
+    }
+}
+

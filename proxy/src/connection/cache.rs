@@ -75,7 +75,7 @@ impl Client {
                 match shared.flights.lead_or_join(db, key, !self.batch_writes) {
                     Role::Join(rx) => self.pending.push(Pending::Join(rx)),
                     Role::Lead(flight) => {
-                        let ticket = Some(shared.l1.begin_fill(db, key));
+                        let ticket = self.fill_ticket(node, db, key);
                         let idx = self.enqueue_fetch(node, key);
                         self.pending.push(Pending::Fetch(Box::new(Fetch {
                             node: node as u32,
@@ -90,6 +90,24 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// A ticket to fill `key` from `node`, or `None` while that node's
+    /// invalidation channel is down (the read goes upstream, uncached).
+    /// The epoch is read before the channel is checked: see
+    /// `sidecache_pool::tracking` for why that order keeps stale values out.
+    fn fill_ticket(
+        &self,
+        node: usize,
+        db: u16,
+        key: &[u8],
+    ) -> Option<sidecache_l1::FillTicket> {
+        let ticket = self.shared.l1.begin_fill(db, key);
+        self.topo
+            .nodes()
+            .get(node)
+            .is_some_and(|n| n.coherent())
+            .then_some(ticket)
     }
 
     /// MGET with the L1 on: hits from the cache, misses fetched (one GET +
@@ -108,7 +126,11 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => return self.slot_error(&e),
             };
-            let ticket = (lookup == Lookup::Miss).then(|| self.shared.l1.begin_fill(db, key));
+            let ticket = if lookup == Lookup::Miss {
+                self.fill_ticket(node, db, key)
+            } else {
+                None
+            };
             let idx = self.enqueue_fetch(node, key);
             items.push(MgetItem::Fetch(Fetch {
                 node: node as u32,

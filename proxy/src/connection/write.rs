@@ -87,6 +87,17 @@ impl Client {
             }
         }
         self.cache_written(&plan, args, now_ms);
+        // A node whose invalidation channel is down: its keys are not
+        // cached. Checked after the insert, as a fill checks after reading
+        // its epoch (see `sidecache_pool::tracking`).
+        if !groups
+            .iter()
+            .all(|g| self.topo.nodes().get(g.0).is_some_and(|n| n.coherent()))
+        {
+            for &(k, _) in &plan.pairs {
+                self.shared.invalidate(self.st.db, &args[k]);
+            }
+        }
         let db = self.st.db;
         for ((node, slot, pairs), permit) in groups.into_iter().zip(permits) {
             let cmd = write::encode(&plan, args, &pairs);

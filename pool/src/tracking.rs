@@ -1,0 +1,341 @@
+//! Coherence with other writers: Redis client tracking, one channel per
+//! master.
+//!
+//! Each master gets one connection that speaks RESP3 and runs
+//! `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`: Redis then pushes an
+//! `invalidate` message for every key any *other* connection modifies (a
+//! null one for FLUSHALL/FLUSHDB). The same connection carries the
+//! write-behind batches of database 0, so `NOLOOP` keeps the proxy's own
+//! flushes from evicting the values it just wrote. The connection is pinged
+//! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] breaks
+//! it, as does any error.
+//!
+//! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
+//! until the connection is lost. While it is down, the master's part of the
+//! L1 is empty and stays so: the loss clears it ([`CoherenceListener::reset_node`]),
+//! and fills and written values for its keys are not cached
+//! ([`Channel::is_up`]), so reads go upstream until tracking is back.
+//!
+//! # Why no stale value is cached after its invalidation arrived
+//! Let a client write key `k` at time `W` on the master, and let the proxy
+//! cache a value of `k` it fetched with a GET executed at time `G`.
+//! - `G` after `W`: the GET read the new value; nothing is stale.
+//! - `G` before `W`: the GET read the old value. Redis sends the
+//!   invalidation of `k` after `W`, so after `G`, and the proxy began the
+//!   fill (read the key's epoch, [`sidecache_l1`'s `begin_fill`]) before it
+//!   sent the GET. So the invalidation is applied after the fill began:
+//!   either before the fill completes (the epoch moved: the fill is
+//!   discarded) or after it (the invalidation removes the entry).
+//! - The channel was not up at `W` (not yet registered, or lost): the fill
+//!   must have checked the channel *after* reading the epoch and found it
+//!   up, so it began after the registration — then `W` predates `G`. If the
+//!   channel was lost during the fill, the loss clears the master's part of
+//!   the L1 and bumps every epoch after marking the channel down, so the
+//!   fill is discarded or removed, and no later fill passes the check.
+//!
+//! Invalidations name keys, not databases: a key is dropped from every
+//! database.
+//!
+//! [`sidecache_l1`'s `begin_fill`]: https://docs.rs/sidecache-l1
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tracing::{info, warn};
+
+use crate::config::NodeAddr;
+use crate::resp::{self, Value};
+
+/// How often an idle tracking channel is pinged.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A ping unanswered this long breaks the channel.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How the L1 stays coherent with writes made by other clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coherence {
+    /// Redis client tracking on every master (`--tracking on`).
+    Tracking {
+        /// Only keys with these prefixes are tracked (empty: all keys).
+        prefixes: Vec<Vec<u8>>,
+    },
+    /// No invalidation channel; the L1 TTL cap bounds staleness.
+    Off,
+}
+
+impl Default for Coherence {
+    fn default() -> Self {
+        Coherence::Tracking {
+            prefixes: Vec::new(),
+        }
+    }
+}
+
+/// The mode in force, as INFO and the metrics report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoherenceMode {
+    /// Client tracking on every master.
+    Tracking,
+    /// Off by configuration: the TTL cap alone.
+    Off,
+    /// The upstream refused `CLIENT TRACKING`: the TTL cap alone.
+    Unsupported,
+}
+
+impl CoherenceMode {
+    /// The name shown in INFO.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CoherenceMode::Tracking => "tracking",
+            CoherenceMode::Off => "off",
+            CoherenceMode::Unsupported => "ttl-only (upstream refused CLIENT TRACKING)",
+        }
+    }
+}
+
+/// Told what the invalidation channels report; implemented by the proxy,
+/// which owns the L1.
+pub trait CoherenceListener: Send + Sync {
+    /// Another client changed these keys (in some database).
+    fn invalidate(&self, keys: &[Bytes]);
+    /// Anything `node` holds may have changed unseen (its channel was lost,
+    /// or it was flushed): drop what was cached from it.
+    fn reset_node(&self, node: &NodeAddr);
+    /// The topology changed: drop everything.
+    fn reset_all(&self);
+}
+
+/// Counters of the invalidation channels.
+#[derive(Debug, Default)]
+pub struct CoherenceStats {
+    /// Keys named by invalidation messages.
+    pub invalidated_keys: AtomicU64,
+    /// Invalidation messages received.
+    pub messages: AtomicU64,
+    /// Null invalidations (a flush upstream).
+    pub flushes: AtomicU64,
+    /// Channels lost (connection broken or heartbeat timed out).
+    pub channel_losses: AtomicU64,
+    /// Channels (re-)established.
+    pub channel_ups: AtomicU64,
+}
+
+/// What all channels share.
+pub(crate) struct Hub {
+    /// `CLIENT TRACKING ON BCAST NOLOOP …`, encoded.
+    pub(crate) handshake: Bytes,
+    pub(crate) listener: OnceLock<Arc<dyn CoherenceListener>>,
+    pub(crate) stats: CoherenceStats,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("stats", &self.stats).finish()
+    }
+}
+
+impl Hub {
+    pub(crate) fn new(prefixes: &[Vec<u8>]) -> Hub {
+        Hub {
+            handshake: handshake(prefixes),
+            listener: OnceLock::new(),
+            stats: CoherenceStats::default(),
+        }
+    }
+
+    pub(crate) fn listener(&self) -> Option<&Arc<dyn CoherenceListener>> {
+        self.listener.get()
+    }
+}
+
+/// `CLIENT TRACKING ON BCAST NOLOOP` with one `PREFIX` per include prefix.
+/// Redis refuses overlapping prefixes, so a prefix that extends another
+/// one is left out (the shorter one covers it).
+pub(crate) fn handshake(prefixes: &[Vec<u8>]) -> Bytes {
+    let mut out = BytesMut::new();
+    resp::encode_command(&mut out, &handshake_args(prefixes));
+    out.freeze()
+}
+
+/// The arguments of [`handshake`].
+pub(crate) fn handshake_args(prefixes: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut args: Vec<&[u8]> = vec![b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"NOLOOP"];
+    let mut sorted: Vec<&Vec<u8>> = prefixes.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    let mut kept: Vec<&[u8]> = Vec::new();
+    for p in sorted {
+        if !kept.iter().any(|k| p.starts_with(k)) {
+            kept.push(p);
+        }
+    }
+    for p in kept {
+        args.push(b"PREFIX");
+        args.push(p);
+    }
+    args
+}
+
+/// One master's invalidation channel.
+#[derive(Debug)]
+pub struct Channel {
+    addr: NodeAddr,
+    up: AtomicBool,
+    hub: Arc<Hub>,
+}
+
+impl Channel {
+    pub(crate) fn new(addr: NodeAddr, hub: Arc<Hub>) -> Channel {
+        Channel {
+            addr,
+            up: AtomicBool::new(false),
+            hub,
+        }
+    }
+
+    /// Whether the channel is registered and connected: values read from
+    /// this master may be cached. Check it *after* reading the fill epoch.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn handshake(&self) -> &Bytes {
+        &self.hub.handshake
+    }
+
+    /// Redis acknowledged `CLIENT TRACKING` on a fresh connection.
+    pub(crate) fn set_up(&self) {
+        if !self.up.swap(true, Ordering::SeqCst) {
+            self.hub.stats.channel_ups.fetch_add(1, Ordering::Relaxed);
+            info!(node = %self.addr, "invalidation channel up");
+        }
+    }
+
+    /// Redis refused `CLIENT TRACKING` on a fresh connection.
+    pub(crate) fn refused(&self, reply: &str) {
+        warn!(node = %self.addr, reply, "CLIENT TRACKING refused; not caching this master's keys");
+    }
+
+    /// The connection is gone: down first, then clear (see the module doc).
+    pub(crate) fn set_down(&self, reason: &str) {
+        if self.up.swap(false, Ordering::SeqCst) {
+            self.hub.stats.channel_losses.fetch_add(1, Ordering::Relaxed);
+            warn!(node = %self.addr, reason, "invalidation channel lost; clearing its keys from the L1");
+            if let Some(l) = self.hub.listener() {
+                l.reset_node(&self.addr);
+            }
+        }
+    }
+
+    /// An out-of-band RESP3 push arrived on the channel.
+    pub(crate) fn on_push(&self, frame: &Bytes) {
+        let Ok(Value::Push(items)) = Value::decode(frame) else {
+            return;
+        };
+        let mut items = items.into_iter();
+        let is_invalidate = items
+            .next()
+            .as_ref()
+            .and_then(Value::as_bytes)
+            .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"));
+        if !is_invalidate {
+            return;
+        }
+        let stats = &self.hub.stats;
+        stats.messages.fetch_add(1, Ordering::Relaxed);
+        match items.next() {
+            Some(Value::Array(keys)) | Some(Value::Set(keys)) => {
+                let keys: Vec<Bytes> = keys
+                    .into_iter()
+                    .filter_map(|k| match k {
+                        Value::Bulk(b) | Value::Status(b) => Some(b),
+                        _ => None,
+                    })
+                    .collect();
+                stats
+                    .invalidated_keys
+                    .fetch_add(keys.len() as u64, Ordering::Relaxed);
+                if let Some(l) = self.hub.listener() {
+                    l.invalidate(&keys);
+                }
+            }
+            // A null: the master was flushed.
+            _ => {
+                stats.flushes.fetch_add(1, Ordering::Relaxed);
+                if let Some(l) = self.hub.listener() {
+                    l.reset_node(&self.addr);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+
+    impl CoherenceListener for Seen {
+        fn invalidate(&self, keys: &[Bytes]) {
+            let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            for k in keys {
+                g.push(String::from_utf8_lossy(k).into_owned());
+            }
+        }
+        fn reset_node(&self, node: &NodeAddr) {
+            let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            g.push(format!("reset {node}"));
+        }
+        fn reset_all(&self) {}
+    }
+
+    #[test]
+    fn handshake_drops_overlapping_prefixes() {
+        let h = handshake(&[b"user:".to_vec(), b"user:1".to_vec(), b"cart:".to_vec()]);
+        assert_eq!(
+            &h[..],
+            b"*9\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n$5\r\nBCAST\r\n$6\r\nNOLOOP\r\n$6\r\nPREFIX\r\n$5\r\ncart:\r\n$6\r\nPREFIX\r\n$5\r\nuser:\r\n"
+        );
+    }
+
+    #[test]
+    fn pushes_reach_the_listener_and_loss_resets() {
+        let hub = Arc::new(Hub::new(&[]));
+        let seen = Arc::new(Seen::default());
+        let l: Arc<dyn CoherenceListener> = seen.clone();
+        assert!(hub.listener.set(l).is_ok());
+        let addr = NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let ch = Channel::new(addr, Arc::clone(&hub));
+        assert!(!ch.is_up());
+        ch.on_push(&Bytes::from_static(
+            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        ));
+        ch.on_push(&Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n_\r\n"));
+        // Not an invalidation: ignored.
+        ch.on_push(&Bytes::from_static(
+            b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n",
+        ));
+        // Lost while never up: nothing to clear.
+        ch.set_down("test");
+        ch.set_up();
+        assert!(ch.is_up());
+        ch.set_down("test");
+        assert!(!ch.is_up());
+        let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(
+            got,
+            vec!["a", "b", "reset 127.0.0.1:7000", "reset 127.0.0.1:7000"]
+        );
+        assert_eq!(hub.stats.invalidated_keys.load(Ordering::Relaxed), 2);
+        assert_eq!(hub.stats.flushes.load(Ordering::Relaxed), 1);
+        assert_eq!(hub.stats.channel_losses.load(Ordering::Relaxed), 1);
+    }
+}
