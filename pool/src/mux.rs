@@ -154,7 +154,9 @@ async fn supervise(
                 backoff = Duration::from_millis(20);
                 let reason = run_connected(&addr, rd, wr, &mut rx, channel.as_ref()).await;
                 if let Some(ch) = &channel {
-                    let why = reason.as_ref().map_or("closed".to_owned(), |e| e.to_string());
+                    let why = reason
+                        .as_ref()
+                        .map_or("closed".to_owned(), |e| e.to_string());
                     ch.set_down(&why);
                 }
                 match reason {
@@ -215,9 +217,7 @@ async fn run_connected(
             frames: Vec::with_capacity(1),
             sink: Sink::Tracking,
         };
-        if inflight_tx.send(entry).await.is_err()
-            || wr.write_all(ch.handshake()).await.is_err()
-        {
+        if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
             return Some(lost("registering CLIENT TRACKING failed".into()));
         }
         let mut t = tokio::time::interval(HEARTBEAT);

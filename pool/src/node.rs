@@ -68,7 +68,7 @@ impl Node {
     /// invalidation channel is up, or there is none (tracking off: the L1
     /// TTL cap bounds staleness). Read the fill epoch before calling this.
     pub fn coherent(&self) -> bool {
-        self.channel.as_ref().is_none_or(|c| c.is_up())
+        self.channel.as_ref().map_or(true, |c| c.is_up())
     }
 
     /// The invalidation channel, when tracking is on.

@@ -221,7 +221,10 @@ impl Channel {
     /// The connection is gone: down first, then clear (see the module doc).
     pub(crate) fn set_down(&self, reason: &str) {
         if self.up.swap(false, Ordering::SeqCst) {
-            self.hub.stats.channel_losses.fetch_add(1, Ordering::Relaxed);
+            self.hub
+                .stats
+                .channel_losses
+                .fetch_add(1, Ordering::Relaxed);
             warn!(node = %self.addr, reason, "invalidation channel lost; clearing its keys from the L1");
             if let Some(l) = self.hub.listener() {
                 l.reset_node(&self.addr);

@@ -72,6 +72,8 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         ))));
     shared
         .upstream
-        .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(&shared))));
+        .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(
+            &shared,
+        ))));
     Ok(shared)
 }

@@ -199,4 +199,3 @@ impl sidecache_pool::tracking::CoherenceListener for FollowInvalidations {
         }
     }
 }
-

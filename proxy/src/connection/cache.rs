@@ -96,12 +96,7 @@ impl Client {
     /// invalidation channel is down (the read goes upstream, uncached).
     /// The epoch is read before the channel is checked: see
     /// `sidecache_pool::tracking` for why that order keeps stale values out.
-    fn fill_ticket(
-        &self,
-        node: usize,
-        db: u16,
-        key: &[u8],
-    ) -> Option<sidecache_l1::FillTicket> {
+    fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
         let ticket = self.shared.l1.begin_fill(db, key);
         self.topo
             .nodes()

@@ -1,0 +1,547 @@
+//! Coherence with other writers (client tracking): writes made by direct
+//! clients or through another sidecache reach the L1 within a bound; losing
+//! the invalidation channel clears the L1; FLUSHALL clears it; the proxy's
+//! own writes are not evicted by their own invalidations; with tracking off
+//! the TTL cap bounds staleness.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use support::{info_field, Cluster, Proxy, RedisServer};
+
+/// The bound asserted (generous for shared, noisy machines); the measured
+/// distribution is printed.
+const BOUND: Duration = Duration::from_millis(500);
+
+async fn info(c: &mut MultiplexedConnection) -> String {
+    redis::cmd("INFO")
+        .arg("proxy")
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+/// Reads `key` through `c` until it equals `want`; the time it took.
+async fn time_until(c: &mut MultiplexedConnection, key: &str, want: &str) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let got: Option<String> = c.get(key).await.unwrap();
+        if got.as_deref() == Some(want) {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < BOUND,
+            "{key}: still {got:?}, not {want:?}, after {:?}",
+            t0.elapsed()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Caches `key` in the proxy behind `c` (reads until served from the L1).
+async fn cache(c: &mut MultiplexedConnection, key: &str) {
+    let t0 = Instant::now();
+    loop {
+        let before = info_field(&info(c).await, "l1_hits");
+        let _: Option<String> = c.get(key).await.unwrap();
+        let _: Option<String> = c.get(key).await.unwrap();
+        if info_field(&info(c).await, "l1_hits") > before {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{key} never cached");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn report(what: &str, mut d: Vec<Duration>) {
+    d.sort();
+    eprintln!(
+        "staleness {what}: n={} p50={:?} p99={:?} max={:?}",
+        d.len(),
+        percentile(&d, 0.5),
+        percentile(&d, 0.99),
+        d[d.len() - 1]
+    );
+}
+
+/// Direct connections to a cluster's masters, routed by slot.
+struct Direct {
+    ranges: Vec<(u16, u16, usize)>,
+    conns: Vec<MultiplexedConnection>,
+}
+
+impl Direct {
+    async fn cluster(c: &Cluster) -> Direct {
+        let mut conns = Vec::new();
+        let mut ranges = Vec::new();
+        let mut first = c.nodes[0]
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut first)
+            .await
+            .unwrap();
+        for entry in slots {
+            let int = |v: &redis::Value| -> u16 { redis::from_redis_value(v).unwrap() };
+            let master: Vec<redis::Value> = redis::from_redis_value(&entry[2]).unwrap();
+            let port = int(&master[1]);
+            let i = c.nodes.iter().position(|n| n.port == port).unwrap();
+            ranges.push((int(&entry[0]), int(&entry[1]), i));
+        }
+        for n in &c.nodes {
+            conns.push(n.client().get_multiplexed_async_connection().await.unwrap());
+        }
+        Direct { ranges, conns }
+    }
+
+    fn conn(&mut self, key: &str) -> &mut MultiplexedConnection {
+        let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get();
+        let i = self
+            .ranges
+            .iter()
+            .find(|r| r.0 <= slot && slot <= r.1)
+            .unwrap()
+            .2;
+        &mut self.conns[i]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_writers_reach_the_l1_standalone() {
+    let redis = RedisServer::start(&[]);
+    let a = Proxy::start(&redis.url(), &[]).await;
+    let b = Proxy::start(&redis.url(), &[]).await;
+    let mut ca = a.conn().await;
+    let mut cb = b.conn().await;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    assert!(info(&mut cb).await.contains("tracking:tracking\r\n"));
+    assert_eq!(info_field(&info(&mut cb).await, "tracking_channels_up"), 1);
+
+    // A write through another sidecache: seen through B once flushed.
+    let mut through = Vec::new();
+    for i in 0..200 {
+        let key = format!("via:{i}");
+        let _: () = d.set(&key, "old").await.unwrap();
+        cache(&mut cb, &key).await;
+        let _: () = ca.set(&key, "new").await.unwrap();
+        // Flushed: upstream has it.
+        let t0 = Instant::now();
+        while d.get::<_, String>(&key).await.unwrap() != "new" {
+            assert!(t0.elapsed() < BOUND, "A never flushed {key}");
+            tokio::task::yield_now().await;
+        }
+        through.push(time_until(&mut cb, &key, "new").await);
+    }
+    report("write through another sidecache (after its flush)", through);
+
+    // Direct writes: 1,000 of them.
+    let mut direct = Vec::new();
+    for i in 0..1000 {
+        let key = format!("direct:{}", i % 50);
+        if i < 50 {
+            let _: () = d.set(&key, "start").await.unwrap();
+        }
+        cache(&mut cb, &key).await;
+        let want = format!("v{i}");
+        let _: () = d.set(&key, &want).await.unwrap();
+        direct.push(time_until(&mut cb, &key, &want).await);
+    }
+    report("direct write (standalone)", direct);
+    assert!(info_field(&info(&mut cb).await, "invalidated_keys") >= 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_writers_reach_the_l1_cluster() {
+    let cluster = Cluster::start();
+    let a = Proxy::start(&cluster.seed_url(), &[]).await;
+    let b = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut ca = a.conn().await;
+    let mut cb = b.conn().await;
+    let mut d = Direct::cluster(&cluster).await;
+    assert_eq!(info_field(&info(&mut cb).await, "tracking_channels_up"), 3);
+    let mut through = Vec::new();
+    let mut direct = Vec::new();
+    for i in 0..300 {
+        let key = format!("k{i}");
+        let _: () = d.conn(&key).set(&key, "old").await.unwrap();
+        cache(&mut cb, &key).await;
+        if i % 2 == 0 {
+            let _: () = ca.set(&key, "new").await.unwrap();
+            let t0 = Instant::now();
+            while d.conn(&key).get::<_, String>(&key).await.unwrap() != "new" {
+                assert!(t0.elapsed() < BOUND, "A never flushed {key}");
+                tokio::task::yield_now().await;
+            }
+            through.push(time_until(&mut cb, &key, "new").await);
+        } else {
+            let _: () = d.conn(&key).set(&key, "new").await.unwrap();
+            direct.push(time_until(&mut cb, &key, "new").await);
+        }
+    }
+    report("cluster, write through another sidecache", through);
+    report("cluster, direct write", direct);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stale_key_after_a_write_storm() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    const KEYS: usize = 10_000;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut p = redis::pipe();
+    for i in 0..KEYS {
+        p.set(format!("s:{i}"), 0).ignore();
+    }
+    let _: () = p.query_async(&mut d).await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for r in 0..4 {
+        let mut c = proxy.conn().await;
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut i = r * 977;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = redis::pipe();
+                for _ in 0..50 {
+                    i = (i * 31 + 7) % KEYS;
+                    p.get(format!("s:{i}"));
+                }
+                let _: Vec<Option<String>> = p.query_async(&mut c).await.unwrap();
+                n += 50;
+            }
+            n
+        }));
+    }
+    // Writers: direct, random keys, values that only grow.
+    let mut writers = Vec::new();
+    for w in 0..2u64 {
+        let mut c = redis
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        writers.push(tokio::spawn(async move {
+            let mut x = w * 7919 + 1;
+            for round in 1..=40u64 {
+                let mut p = redis::pipe();
+                for _ in 0..250 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let k = (x >> 33) as usize % KEYS;
+                    p.set(format!("s:{k}"), round * 10 + w).ignore();
+                }
+                let _: () = p.query_async(&mut c).await.unwrap();
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    // One invalidation delay (generous), then readers stop.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    let mut c = proxy.conn().await;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("s:{i}")).collect();
+    let upstream: Vec<String> = d.mget(&keys).await.unwrap();
+    let mut p = redis::pipe();
+    for k in &keys {
+        p.get(k);
+    }
+    let served: Vec<String> = p.query_async(&mut c).await.unwrap();
+    let stale: Vec<usize> = (0..KEYS).filter(|&i| upstream[i] != served[i]).collect();
+    let inf = info(&mut c).await;
+    eprintln!(
+        "storm: {reads} reads, l1_hits={} invalidated_keys={} fills_discarded={}",
+        info_field(&inf, "l1_hits"),
+        info_field(&inf, "invalidated_keys"),
+        info_field(&inf, "l1_fills_discarded")
+    );
+    assert!(
+        stale.is_empty(),
+        "{} stale keys, e.g. {:?}",
+        stale.len(),
+        &stale[..stale.len().min(5)]
+    );
+    assert!(info_field(&inf, "l1_hits") > 0, "the L1 was in use");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_restart_clears_then_refills() {
+    let mut redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    {
+        let mut d = redis
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for i in 0..100 {
+            let _: () = d.set(format!("r:{i}"), "before").await.unwrap();
+        }
+    }
+    for i in 0..100 {
+        cache(&mut c, &format!("r:{i}")).await;
+    }
+    assert!(info_field(&info(&mut c).await, "l1_entries") >= 100);
+    // kill -9 and start again (no persistence: it comes back empty).
+    redis.restart();
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..50 {
+        let _: () = d.set(format!("r:{i}"), "after").await.unwrap();
+    }
+    // Never the value from before the restart.
+    for i in 0..100 {
+        let got: Option<String> = c.get(format!("r:{i}")).await.unwrap();
+        let want = (i < 50).then(|| "after".to_owned());
+        assert_eq!(got, want, "r:{i} across the restart");
+    }
+    let inf = info(&mut c).await;
+    assert!(info_field(&inf, "tracking_channel_losses") >= 1);
+    // Tracking comes back, and the L1 refills.
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "channel not back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cache(&mut c, "r:1").await;
+    // And it is coherent again.
+    let _: () = d.set("r:1", "later").await.unwrap();
+    time_until(&mut c, "r:1", "later").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_channel_clears_the_l1() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let _: () = d.set(format!("c:{i}"), "v").await.unwrap();
+        cache(&mut c, &format!("c:{i}")).await;
+    }
+    assert!(info_field(&info(&mut c).await, "l1_entries") >= 20);
+    // The tracking connection is the one with the broadcast flag.
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut d)
+        .await
+        .unwrap();
+    let ids: Vec<String> = list
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.starts_with("flags=") && f.contains('t'))
+        })
+        .filter_map(|l| l.split(' ').next()?.strip_prefix("id=").map(str::to_owned))
+        .collect();
+    assert_eq!(ids.len(), 1, "one tracking connection: {list}");
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&ids[0])
+        .query_async(&mut d)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let inf = info(&mut c).await;
+        if info_field(&inf, "tracking_channel_losses") == 1 {
+            assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared on loss");
+            break;
+        }
+        assert!(t0.elapsed() < BOUND, "loss not noticed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "channel not back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cache(&mut c, "c:1").await;
+    let _: () = d.set("c:1", "w").await.unwrap();
+    time_until(&mut c, "c:1", "w").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_flushall_clears_the_l1() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..50 {
+        let _: () = d.set(format!("f:{i}"), "v").await.unwrap();
+        cache(&mut c, &format!("f:{i}")).await;
+    }
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut d).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        let got: Option<String> = c.get("f:7").await.unwrap();
+        if got.is_none() {
+            break;
+        }
+        assert!(t0.elapsed() < BOUND, "f:7 still served after FLUSHALL");
+        tokio::task::yield_now().await;
+    }
+    for i in 0..50 {
+        let got: Option<String> = c.get(format!("f:{i}")).await.unwrap();
+        assert_eq!(got, None, "f:{i}");
+    }
+    assert!(info_field(&info(&mut c).await, "invalidation_flushes") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_writes_stay_cached() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    const N: usize = 10_000;
+    let mut p = redis::pipe();
+    for i in 0..N {
+        p.set(format!("o:{i}"), i).ignore();
+    }
+    let _: () = p.query_async(&mut c).await.unwrap();
+    // Flushed, and any invalidation of them would have arrived.
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = info(&mut c).await;
+    let mut p = redis::pipe();
+    for i in 0..N {
+        p.get(format!("o:{i}"));
+    }
+    let vals: Vec<usize> = p.query_async(&mut c).await.unwrap();
+    assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
+    let after = info(&mut c).await;
+    let hits = info_field(&after, "l1_hits") - info_field(&before, "l1_hits");
+    let misses = info_field(&after, "l1_misses") - info_field(&before, "l1_misses");
+    let ratio = hits as f64 / (hits + misses) as f64;
+    eprintln!("SET-then-GET hit ratio after flush: {ratio:.4} ({hits} hits, {misses} misses)");
+    assert!(ratio >= 0.99, "hit ratio {ratio}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_off_leaves_the_ttl_cap() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &["--tracking", "off", "--l1-ttl-cap", "0.3"]).await;
+    let mut c = proxy.conn().await;
+    assert!(info(&mut c).await.contains("tracking:off\r\n"));
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = d.set("t", "old").await.unwrap();
+    cache(&mut c, "t").await;
+    let written = Instant::now();
+    let _: () = d.set("t", "new").await.unwrap();
+    // No channel: the old value is still served for now...
+    let got: String = c.get("t").await.unwrap();
+    assert_eq!(got, "old", "tracking off: only the cap bounds staleness");
+    // ...but never past the cap.
+    loop {
+        let got: String = c.get("t").await.unwrap();
+        if got == "new" {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_millis(300) + Duration::from_millis(150),
+            "stale past the TTL cap"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refusing_tracking_falls_back_to_the_ttl_cap() {
+    // An ACL user that may do everything but CLIENT TRACKING.
+    let redis = RedisServer::start(&[]);
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|tracking",
+        ])
+        .query_async(&mut d)
+        .await
+        .unwrap();
+    let url = format!("redis://app:pw@{}", redis.addr());
+    let proxy = Proxy::start(&url, &["--l1-ttl-cap", "0.3"]).await;
+    let mut c = proxy.conn().await;
+    let inf = info(&mut c).await;
+    assert!(
+        inf.contains("tracking:ttl-only (upstream refused CLIENT TRACKING)\r\n"),
+        "{inf}"
+    );
+    // Still caches, and the cap bounds staleness.
+    let _: () = d.set("t", "old").await.unwrap();
+    cache(&mut c, "t").await;
+    let written = Instant::now();
+    let _: () = d.set("t", "new").await.unwrap();
+    loop {
+        let got: String = c.get("t").await.unwrap();
+        if got == "new" {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_millis(450),
+            "stale past the cap"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Writes through it still flush.
+    let _: () = c.set("w", "1").await.unwrap();
+    let t0 = Instant::now();
+    while d.get::<_, Option<String>>("w").await.unwrap().as_deref() != Some("1") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "write never flushed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
