@@ -28,6 +28,7 @@ pub mod conn;
 pub mod error;
 pub mod mux;
 pub mod node;
+pub mod peer;
 pub mod redirect;
 pub mod resp;
 pub mod slot;

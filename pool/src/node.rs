@@ -24,6 +24,9 @@ pub struct Node {
     /// Its connection, which also carries database 0's write-behind
     /// batches (so `NOLOOP` hides the proxy's own writes from it).
     tracker: Option<MuxConn>,
+    /// What decides whether this node's values may be cached: its own
+    /// channel, or the peer channel shared by all nodes.
+    gate: Option<Arc<Channel>>,
 }
 
 impl Node {
@@ -34,6 +37,7 @@ impl Node {
         pool_size: usize,
         databases: u16,
         hub: Option<&Arc<Hub>>,
+        peer_gate: Option<&Arc<Channel>>,
     ) -> Node {
         let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
         let tracker = channel.as_ref().map(|ch| {
@@ -59,6 +63,7 @@ impl Node {
             pool_size: pool_size.max(1),
             pools,
             writers,
+            gate: channel.clone().or_else(|| peer_gate.cloned()),
             channel,
             tracker,
         }
@@ -68,7 +73,7 @@ impl Node {
     /// invalidation channel is up, or there is none (tracking off: the L1
     /// TTL cap bounds staleness). Read the fill epoch before calling this.
     pub fn coherent(&self) -> bool {
-        self.channel.as_ref().map_or(true, |c| c.is_up())
+        self.gate.as_ref().map_or(true, |c| c.is_up())
     }
 
     /// The invalidation channel, when tracking is on.

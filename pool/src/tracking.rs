@@ -53,6 +53,9 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A ping unanswered this long breaks the channel.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The default `--peer-invalidation-channel`.
+pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
+
 /// How the L1 stays coherent with writes made by other clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Coherence {
@@ -60,6 +63,9 @@ pub enum Coherence {
     Tracking {
         /// Only keys with these prefixes are tracked (empty: all keys).
         prefixes: Vec<Vec<u8>>,
+        /// When the upstream refuses tracking: the pub/sub channel on which
+        /// sidecache instances publish their writes (`None`: TTL cap only).
+        peer_channel: Option<Vec<u8>>,
     },
     /// No invalidation channel; the L1 TTL cap bounds staleness.
     Off,
@@ -69,6 +75,7 @@ impl Default for Coherence {
     fn default() -> Self {
         Coherence::Tracking {
             prefixes: Vec::new(),
+            peer_channel: Some(DEFAULT_PEER_CHANNEL.as_bytes().to_vec()),
         }
     }
 }
@@ -80,7 +87,11 @@ pub enum CoherenceMode {
     Tracking,
     /// Off by configuration: the TTL cap alone.
     Off,
-    /// The upstream refused `CLIENT TRACKING`: the TTL cap alone.
+    /// The upstream refused `CLIENT TRACKING`: sidecache instances publish
+    /// their writes to each other; the TTL cap bounds everything else.
+    Peer,
+    /// The upstream refused `CLIENT TRACKING` and the peer channel is off:
+    /// the TTL cap alone.
     Unsupported,
 }
 
@@ -90,6 +101,7 @@ impl CoherenceMode {
         match self {
             CoherenceMode::Tracking => "tracking",
             CoherenceMode::Off => "off",
+            CoherenceMode::Peer => "peer (upstream refused CLIENT TRACKING)",
             CoherenceMode::Unsupported => "ttl-only (upstream refused CLIENT TRACKING)",
         }
     }
@@ -184,6 +196,8 @@ pub struct Channel {
     addr: NodeAddr,
     up: AtomicBool,
     hub: Arc<Hub>,
+    /// Covers every master (the peer channel): its loss clears everything.
+    all: bool,
 }
 
 impl Channel {
@@ -192,6 +206,15 @@ impl Channel {
             addr,
             up: AtomicBool::new(false),
             hub,
+            all: false,
+        }
+    }
+
+    /// A channel covering every master (the peer channel).
+    pub(crate) fn for_all(addr: NodeAddr, hub: Arc<Hub>) -> Channel {
+        Channel {
+            all: true,
+            ..Channel::new(addr, hub)
         }
     }
 
@@ -227,7 +250,11 @@ impl Channel {
                 .fetch_add(1, Ordering::Relaxed);
             warn!(node = %self.addr, reason, "invalidation channel lost; clearing its keys from the L1");
             if let Some(l) = self.hub.listener() {
-                l.reset_node(&self.addr);
+                if self.all {
+                    l.reset_all();
+                } else {
+                    l.reset_node(&self.addr);
+                }
             }
         }
     }

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::mux::MuxConn;
 use crate::mux::Replies;
 use crate::node::Node;
+use crate::peer::Peer;
 use crate::redirect::{self, Action};
 use crate::resp::{self, Value};
 use crate::slot::Slot;
@@ -54,8 +55,10 @@ struct Inner {
     refresh: Notify,
     closed: tokio_util_free::CancelFlag,
     wb: WriteBehind,
-    /// Shared by the invalidation channels (client tracking in force).
+    /// Shared by the invalidation channels (client tracking or peer).
     hub: Option<Arc<Hub>>,
+    /// The peer channel (tracking refused by the upstream).
+    peer: Option<Arc<Peer>>,
     coherence: CoherenceMode,
     /// Per slot: the node (as `Arc::as_ptr`) its last write-behind write was
     /// queued on; 0 for none. Detects a slot that moved between writes.
@@ -144,16 +147,37 @@ impl Upstream {
         };
         let coherence = match &cfg.coherence {
             Coherence::Off => CoherenceMode::Off,
-            Coherence::Tracking { prefixes } => {
+            Coherence::Tracking {
+                prefixes,
+                peer_channel,
+            } => {
                 let args = crate::tracking::handshake_args(prefixes);
-                probe_tracking(&connector, &seed_addr, &args).await?
+                match probe_tracking(&connector, &seed_addr, &args).await? {
+                    CoherenceMode::Unsupported if peer_channel.is_some() => CoherenceMode::Peer,
+                    m => m,
+                }
             }
         };
-        let hub = match (&cfg.coherence, coherence) {
-            (Coherence::Tracking { prefixes }, CoherenceMode::Tracking) => {
-                Some(Arc::new(Hub::new(prefixes)))
+        let (hub, peer) = match (&cfg.coherence, coherence) {
+            (Coherence::Tracking { prefixes, .. }, CoherenceMode::Tracking) => {
+                (Some(Arc::new(Hub::new(prefixes))), None)
             }
-            _ => None,
+            (
+                Coherence::Tracking {
+                    peer_channel: Some(name),
+                    ..
+                },
+                CoherenceMode::Peer,
+            ) => {
+                let hub = Arc::new(Hub::new(&[]));
+                let gate = Arc::new(crate::tracking::Channel::for_all(
+                    seed_addr.clone(),
+                    Arc::clone(&hub),
+                ));
+                let peer = Arc::new(Peer::new(name.clone(), gate));
+                (Some(hub), Some(peer))
+            }
+            _ => (None, None),
         };
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
@@ -164,6 +188,7 @@ impl Upstream {
             closed: tokio_util_free::CancelFlag::default(),
             wb: WriteBehind::new(cfg.write.clone()),
             hub,
+            peer,
             coherence,
             slot_last: (0..crate::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
@@ -182,8 +207,49 @@ impl Upstream {
             let node = up.node(&seed_addr);
             up.inner.topo.store(Arc::new(Topology::standalone(node)));
         }
+        if let Some(p) = &up.inner.peer {
+            tokio::spawn(crate::peer::subscribe(up.clone(), Arc::clone(p)));
+        }
         up.await_channels(up.inner.cfg.connect_timeout).await;
         Ok(up)
+    }
+
+    /// The connector every connection of this upstream uses.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.inner.connector
+    }
+
+    /// Who is told about invalidations, once set.
+    pub(crate) fn coherence_listener(&self) -> Option<&Arc<dyn CoherenceListener>> {
+        self.inner.hub.as_ref().and_then(|h| h.listener())
+    }
+
+    /// The peer channel, when it is the coherence mode in force.
+    pub fn peer(&self) -> Option<&Arc<Peer>> {
+        self.inner.peer.as_ref()
+    }
+
+    /// Tells other sidecache instances (peer mode) that this one applied
+    /// writes to `keys` upstream, or (`None`) that anything may have
+    /// changed. Sent after the write's reply; does not wait. A no-op
+    /// unless the peer channel is in force.
+    pub async fn publish_written(&self, keys: Option<&[Bytes]>) {
+        let Some(peer) = &self.inner.peer else { return };
+        let msg = match keys {
+            Some([]) => return,
+            Some(k) => crate::peer::Message::Keys(k.to_vec()),
+            None => crate::peer::Message::Flush,
+        };
+        let topo = self.topology();
+        let Some(conn) = topo
+            .nodes()
+            .first()
+            .and_then(|n| n.conn(Session::default(), 0))
+        else {
+            return;
+        };
+        // The reply is not awaited: dropping the receiver is fine.
+        let _ = conn.submit(peer.publish_cmd(&msg), 1).await;
     }
 
     /// Waits (at most `limit`) until every master's invalidation channel is
@@ -194,11 +260,18 @@ impl Upstream {
         }
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let (up, all) = self.channels_up();
-            if up == all {
+            let ready = match &self.inner.peer {
+                Some(p) => p.is_up(),
+                None => {
+                    let (up, all) = self.channels_up();
+                    up == all
+                }
+            };
+            if ready {
                 return;
             }
             if tokio::time::Instant::now() >= deadline {
+                let (up, all) = self.channels_up();
                 warn!(up, masters = all, "invalidation channels not all up yet; their keys are not cached until they are");
                 return;
             }
@@ -437,7 +510,12 @@ impl Upstream {
                 Arc::clone(&self.inner.connector),
                 self.inner.cfg.pool_size,
                 self.inner.info.databases,
-                self.inner.hub.as_ref(),
+                self.inner
+                    .peer
+                    .is_none()
+                    .then_some(self.inner.hub.as_ref())
+                    .flatten(),
+                self.inner.peer.as_ref().map(|p| p.gate()),
             ))
         }))
     }

@@ -429,6 +429,13 @@ impl Batcher {
         for (q, reply) in batch.iter().zip(replies) {
             self.settle(&q.write, reply).await;
         }
+        if up.peer().is_some() {
+            let keys: Vec<Bytes> = batch
+                .iter()
+                .flat_map(|q| q.write.keys.iter().cloned())
+                .collect();
+            up.publish_written(Some(&keys)).await;
+        }
         let now = Instant::now();
         for q in batch.drain(..) {
             let us = now.duration_since(q.at).as_micros() as u64;

@@ -204,6 +204,16 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
     pub tracking: Option<TrackingArg>,
 
+    /// When the upstream refuses CLIENT TRACKING, sidecache instances
+    /// publish the keys they write on this pub/sub channel and drop the
+    /// keys others publish; `off`: the TTL cap alone [default: __sidecache__:invalidate].
+    #[arg(
+        long,
+        env = "SIDECACHE_PEER_INVALIDATION_CHANNEL",
+        value_name = "CHANNEL|off"
+    )]
+    pub peer_invalidation_channel: Option<String>,
+
     /// Never cache keys with this prefix (repeatable).
     #[arg(
         long,
@@ -297,6 +307,9 @@ impl Options {
             l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
             l1_cache_nil: self.l1_cache_nil.or(file.l1_cache_nil),
             tracking: self.tracking.or(file.tracking),
+            peer_invalidation_channel: self
+                .peer_invalidation_channel
+                .or(file.peer_invalidation_channel),
             l1_include_prefix: if self.l1_include_prefix.is_empty() {
                 file.l1_include_prefix
             } else {
@@ -409,6 +422,21 @@ impl Config {
                         .iter()
                         .map(|p| p.as_bytes().to_vec())
                         .collect(),
+                    peer_channel: match o.peer_invalidation_channel.as_deref() {
+                        Some("off") => None,
+                        Some("") => {
+                            return Err(err(
+                                "--peer-invalidation-channel",
+                                "must be a channel name or off",
+                            ))
+                        }
+                        Some(name) => Some(name.as_bytes().to_vec()),
+                        None => Some(
+                            sidecache_pool::tracking::DEFAULT_PEER_CHANNEL
+                                .as_bytes()
+                                .to_vec(),
+                        ),
+                    },
                 },
                 TrackingArg::Off => sidecache_pool::tracking::Coherence::Off,
             },

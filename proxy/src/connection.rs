@@ -498,6 +498,15 @@ impl Client {
                 l(&st.channel_losses),
             ));
         }
+        if let Some(p) = up.peer() {
+            out.push_str(&format!(
+                "peer_invalidation_channel:{}\r\npeer_channel_up:{}\r\npeer_messages_published:{}\r\npeer_messages_received:{}\r\n",
+                String::from_utf8_lossy(p.name()),
+                u8::from(p.is_up()),
+                l(&p.published),
+                l(&p.received),
+            ));
+        }
         out
     }
 

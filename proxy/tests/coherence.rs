@@ -490,9 +490,9 @@ async fn tracking_off_leaves_the_ttl_cap() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upstream_refusing_tracking_falls_back_to_the_ttl_cap() {
-    // An ACL user that may do everything but CLIENT TRACKING.
+/// A standalone server with an ACL user `app` that may do everything but
+/// CLIENT TRACKING, and a direct connection to it.
+async fn refusing_tracking() -> (RedisServer, MultiplexedConnection, String) {
     let redis = RedisServer::start(&[]);
     let mut d = redis
         .client()
@@ -514,7 +514,81 @@ async fn upstream_refusing_tracking_falls_back_to_the_ttl_cap() {
         .await
         .unwrap();
     let url = format!("redis://app:pw@{}", redis.addr());
-    let proxy = Proxy::start(&url, &["--l1-ttl-cap", "0.3"]).await;
+    (redis, d, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refusing_tracking_falls_back_to_peers() {
+    let (_redis, mut d, url) = refusing_tracking().await;
+    let a = Proxy::start(&url, &["--l1-ttl-cap", "0.4"]).await;
+    let b = Proxy::start(&url, &["--l1-ttl-cap", "0.4"]).await;
+    let mut ca = a.conn().await;
+    let mut cb = b.conn().await;
+    let inf = info(&mut cb).await;
+    assert!(
+        inf.contains("tracking:peer (upstream refused CLIENT TRACKING)\r\n"),
+        "{inf}"
+    );
+    assert_eq!(info_field(&inf, "peer_channel_up"), 1);
+    // Writes through A (write-behind, and forwarded) reach B's L1 well
+    // before the cap would.
+    let mut seen = Vec::new();
+    for i in 0..100 {
+        let key = format!("p:{i}");
+        let _: () = d.set(&key, "1").await.unwrap();
+        cache(&mut cb, &key).await;
+        let want = if i % 2 == 0 {
+            let _: () = ca.set(&key, "set-by-a").await.unwrap();
+            "set-by-a"
+        } else {
+            let _: i64 = ca.incr(&key, 1).await.unwrap();
+            "2"
+        };
+        let t0 = Instant::now();
+        while d.get::<_, String>(&key).await.unwrap() != want {
+            assert!(t0.elapsed() < BOUND, "A never wrote {key}");
+            tokio::task::yield_now().await;
+        }
+        let t = time_until(&mut cb, &key, want).await;
+        assert!(
+            t < Duration::from_millis(300),
+            "{key}: {t:?}, not the peer message"
+        );
+        seen.push(t);
+    }
+    report("peer mode, write through another sidecache", seen);
+    assert!(info_field(&info(&mut cb).await, "peer_messages_received") >= 50);
+    // A's own messages do not evict what A wrote.
+    let _: () = ca.set("own", "x").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = info_field(&info(&mut ca).await, "l1_hits");
+    let _: String = ca.get("own").await.unwrap();
+    assert_eq!(info_field(&info(&mut ca).await, "l1_hits"), before + 1);
+    // A direct writer is bounded by the cap.
+    cache(&mut cb, "p:0").await;
+    let written = Instant::now();
+    let _: () = d.set("p:0", "direct").await.unwrap();
+    loop {
+        let got: String = cb.get("p:0").await.unwrap();
+        if got == "direct" {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_millis(550),
+            "stale past the cap"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_refusing_tracking_without_peers_leaves_the_ttl_cap() {
+    let (_redis, mut d, url) = refusing_tracking().await;
+    let proxy = Proxy::start(
+        &url,
+        &["--l1-ttl-cap", "0.3", "--peer-invalidation-channel", "off"],
+    )
+    .await;
     let mut c = proxy.conn().await;
     let inf = info(&mut c).await;
     assert!(

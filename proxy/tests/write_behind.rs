@@ -303,9 +303,15 @@ async fn relay(upstream: String) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
                         uw.write_all(&chunk[..n]).await?;
                         buf.extend_from_slice(&chunk[..n]);
                         let mut done = 0;
+                        // Writes only: the connection also carries the
+                        // tracking channel's PING heartbeat.
                         while let Ok(Some(len)) = sc.scan(&buf) {
-                            let _ = buf.split_to(len);
-                            done += 1;
+                            let frame = buf.split_to(len);
+                            let is_set = frame[..]
+                                .split(|&b| b == b'\n')
+                                .nth(2)
+                                .is_some_and(|a| a.eq_ignore_ascii_case(b"SET\r"));
+                            done += usize::from(is_set);
                         }
                         m.fetch_max(done, Ordering::Relaxed);
                         t.fetch_add(done, Ordering::Relaxed);

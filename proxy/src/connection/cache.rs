@@ -149,7 +149,8 @@ impl Client {
     ) -> Option<Inval> {
         let written_only = match info.invalidation {
             Invalidation::None => return None,
-            _ if !self.shared.l1.enabled() => return None,
+            // Peers still need to hear of it when this L1 is off.
+            _ if !self.shared.l1.enabled() && self.shared.upstream.peer().is_none() => return None,
             Invalidation::Keys { written_only } => Some(written_only),
             Invalidation::All => None,
         };

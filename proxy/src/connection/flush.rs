@@ -130,7 +130,16 @@ impl Client {
                         }
                     }
                 }
-                Pending::Invalidate(inval) => self.apply(&inval),
+                Pending::Invalidate(inval) => {
+                    self.apply(&inval);
+                    if self.shared.upstream.peer().is_some() {
+                        let keys = match &inval {
+                            super::Inval::Keys(k) => Some(&k[..]),
+                            super::Inval::All => None,
+                        };
+                        self.shared.upstream.publish_written(keys).await;
+                    }
+                }
                 Pending::Up {
                     node,
                     idx,
