@@ -105,6 +105,23 @@ impl Direct {
         Direct { ranges, conns }
     }
 
+    /// SET on whichever master takes it (maps may lag after a failover).
+    async fn set_anywhere(&mut self, key: &str, value: &str) {
+        let t0 = Instant::now();
+        loop {
+            for c in &mut self.conns {
+                if c.set::<_, _, ()>(key, value).await.is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no master takes {key}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn conn(&mut self, key: &str) -> &mut MultiplexedConnection {
         let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get();
         let i = self
@@ -618,4 +635,63 @@ async fn upstream_refusing_tracking_without_peers_leaves_the_ttl_cap() {
         assert!(t0.elapsed() < Duration::from_secs(5), "write never flushed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A replica promoted (`CLUSTER FAILOVER`): writes on the new master reach
+/// the L1 within the bound (the demoted master keeps reporting the writes it
+/// replicates until the slot map refresh moves the channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_keeps_the_l1_coherent() {
+    let cluster = Cluster::start_with_replicas(1);
+    let proxy = Proxy::start(&cluster.seed_url(), &["--refresh-interval", "1"]).await;
+    let mut c = proxy.conn().await;
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| support::cli(n.port, &["role"]).starts_with("slave"))
+        .expect("a replica")
+        .port;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !support::cli(replica, &["info", "replication"]).contains("master_link_status:up") {
+        assert!(Instant::now() < deadline, "replica never synced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut d = Direct::cluster(&cluster).await;
+    let keys: Vec<String> = (0..60).map(|i| format!("fo:{i}")).collect();
+    for k in &keys {
+        let _: () = d.conn(k).set(k, "before").await.unwrap();
+        cache(&mut c, k).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    'failover: loop {
+        assert_eq!(support::cli(replica, &["cluster", "failover"]), "OK");
+        let attempt = Instant::now() + Duration::from_secs(12);
+        while Instant::now() < attempt {
+            if support::cli(replica, &["role"]).starts_with("master") {
+                break 'failover;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(Instant::now() < deadline, "failover did not happen");
+    }
+    // Direct writes, on the new masters.
+    let mut times = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let want = format!("after{i}");
+        d.set_anywhere(k, &want).await;
+        times.push(time_until(&mut c, k, &want).await);
+    }
+    report("cluster, direct writes after a failover", times);
+    // Once the slot map is refreshed (every second here), the new master
+    // has a channel of its own.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "tracking_channels_up") != 3 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "channels not up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let k = &keys[0];
+    cache(&mut c, k).await;
+    d.set_anywhere(k, "last").await;
+    time_until(&mut c, k, "last").await;
 }
