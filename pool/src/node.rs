@@ -21,12 +21,14 @@ pub struct Node {
     writers: Box<[OnceLock<WriteQueue>]>,
     /// The invalidation channel (client tracking on).
     channel: Option<Arc<Channel>>,
-    /// Its connection, which also carries database 0's write-behind
-    /// batches (so `NOLOOP` hides the proxy's own writes from it).
+    /// Its connection, which also carries the write-behind batches of
+    /// `tracked_db` (so `NOLOOP` hides the proxy's own writes from it).
     tracker: Option<MuxConn>,
     /// What decides whether this node's values may be cached: its own
     /// channel, or the peer channel shared by all nodes.
     gate: Option<Arc<Channel>>,
+    /// The database the tracking connection has selected (clients' default).
+    tracked_db: u16,
 }
 
 impl Node {
@@ -38,6 +40,7 @@ impl Node {
         databases: u16,
         hub: Option<&Arc<Hub>>,
         peer_gate: Option<&Arc<Channel>>,
+        tracked_db: u16,
     ) -> Node {
         let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
         let tracker = channel.as_ref().map(|ch| {
@@ -45,7 +48,7 @@ impl Node {
                 Arc::clone(&connector),
                 addr.clone(),
                 Session {
-                    db: 0,
+                    db: tracked_db,
                     proto: Proto::Resp3,
                 },
                 Arc::clone(ch),
@@ -64,6 +67,7 @@ impl Node {
             pools,
             writers,
             gate: channel.clone().or_else(|| peer_gate.cloned()),
+            tracked_db,
             channel,
             tracker,
         }
@@ -82,9 +86,12 @@ impl Node {
     }
 
     /// The connection database `db`'s write-behind batches use when it is
-    /// not a dedicated one: the tracking connection, for database 0.
+    /// not a dedicated one: the tracking connection, for the database
+    /// clients start in (the upstream URL's, usually 0).
     pub(crate) fn write_conn(&self, db: u16) -> Option<MuxConn> {
-        (db == 0).then(|| self.tracker.clone()).flatten()
+        (db == self.tracked_db)
+            .then(|| self.tracker.clone())
+            .flatten()
     }
 
     /// The node's address.

@@ -5,8 +5,9 @@
 //! `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`: Redis then pushes an
 //! `invalidate` message for every key any *other* connection modifies (a
 //! null one for FLUSHALL/FLUSHDB). The same connection carries the
-//! write-behind batches of database 0, so `NOLOOP` keeps the proxy's own
-//! flushes from evicting the values it just wrote. The connection is pinged
+//! write-behind batches of the database clients start in (the upstream
+//! URL's, usually 0), so `NOLOOP` keeps the proxy's own flushes from
+//! evicting the values it just wrote. The connection is pinged
 //! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] breaks
 //! it, as does any error.
 //!

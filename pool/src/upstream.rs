@@ -516,6 +516,11 @@ impl Upstream {
                     .then_some(self.inner.hub.as_ref())
                     .flatten(),
                 self.inner.peer.as_ref().map(|p| p.gate()),
+                if self.inner.info.cluster {
+                    0
+                } else {
+                    self.inner.cfg.seeds.first().map_or(0, |s| s.db)
+                },
             ))
         }))
     }

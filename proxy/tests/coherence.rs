@@ -695,3 +695,40 @@ async fn cluster_failover_keeps_the_l1_coherent() {
     d.set_anywhere(k, "last").await;
     time_until(&mut c, k, "last").await;
 }
+
+/// Clients starting in the upstream URL's database: their flushed writes
+/// stay cached too (that database's batches travel on the tracking
+/// connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_writes_stay_cached_in_the_url_database() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&format!("{}/3", redis.url()), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        p.set(format!("o:{i}"), i).ignore();
+    }
+    let _: () = p.query_async(&mut c).await.unwrap();
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = info_field(&info(&mut c).await, "l1_hits");
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        p.get(format!("o:{i}"));
+    }
+    let vals: Vec<usize> = p.query_async(&mut c).await.unwrap();
+    assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
+    assert_eq!(info_field(&info(&mut c).await, "l1_hits") - before, 1000);
+    // They landed in database 3.
+    let mut d = redis::Client::open(format!("{}/3", redis.url()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let v: usize = d.get("o:999").await.unwrap();
+    assert_eq!(v, 999);
+}
