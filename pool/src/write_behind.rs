@@ -74,8 +74,11 @@ pub struct Write {
     /// The encoded command (`SET … PXAT …`, `MSET …`).
     pub cmd: Bytes,
     /// Its keys, reported if it fails for good.
-    pub keys: Vec<Bytes>,
+    pub keys: Keys,
 }
+
+/// The keys of one write (one, except for MSET): inline, no allocation.
+pub type Keys = smallvec::SmallVec<[Bytes; 1]>;
 
 /// Told about writes that could not be applied upstream, so the proxy can
 /// stop serving values upstream never got.

@@ -146,6 +146,9 @@ pub struct Client {
     now: Option<std::time::Instant>,
     /// A write of this batch was refused for a full queue.
     refusing: bool,
+    /// Write-behind commands are encoded here and split off (one
+    /// allocation serves many writes).
+    write_buf: BytesMut,
 }
 
 enum Flow {
@@ -192,6 +195,7 @@ impl Client {
             batch_writes: false,
             now: None,
             refusing: false,
+            write_buf: BytesMut::new(),
         }
     }
 

@@ -27,12 +27,15 @@ pub enum Expiry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritePlan {
     /// Indexes into the arguments: (key, value).
-    pub pairs: Vec<(usize, usize)>,
+    pub pairs: Pairs,
     /// The expiry of every pair.
     pub expiry: Expiry,
     /// `MSET` (one command per slot group) rather than `SET`.
     pub mset: bool,
 }
+
+/// (key, value) argument indexes: one inline (SET), more for MSET.
+pub type Pairs = smallvec::SmallVec<[(usize, usize); 1]>;
 
 /// Plans `args` (command name lower-cased in `name`) as a write-behind
 /// write, as of `now_ms` (Unix milliseconds); `None`: forward it.
@@ -41,7 +44,7 @@ pub fn plan(name: &str, args: &[Bytes], now_ms: i64) -> Option<WritePlan> {
         "set" if args.len() >= 3 => {
             let expiry = set_options(&args[3..], now_ms)?;
             Some(WritePlan {
-                pairs: vec![(1, 2)],
+                pairs: smallvec::smallvec![(1, 2)],
                 expiry,
                 mset: false,
             })
@@ -57,7 +60,7 @@ pub fn plan(name: &str, args: &[Bytes], now_ms: i64) -> Option<WritePlan> {
                 return None;
             }
             Some(WritePlan {
-                pairs: vec![(1, 3)],
+                pairs: smallvec::smallvec![(1, 3)],
                 expiry: Expiry::At(now_ms.checked_add(ms)?),
                 mset: false,
             })
@@ -126,28 +129,47 @@ fn set_options(opts: &[Bytes], now_ms: i64) -> Option<Expiry> {
 }
 
 /// Encodes the upstream command for some of a plan's pairs.
-pub fn encode(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)]) -> Bytes {
-    let mut out = BytesMut::new();
+/// Encodes into `buf` (a per-connection buffer: the commands of many
+/// writes share its allocations) and returns the command, split off.
+pub fn encode(
+    plan: &WritePlan,
+    args: &[Bytes],
+    pairs: &[(usize, usize)],
+    buf: &mut BytesMut,
+) -> Bytes {
+    // Headers and lengths: at most 32 bytes per argument, 6 arguments.
+    let need: usize = pairs
+        .iter()
+        .map(|&(k, v)| args[k].len() + args[v].len())
+        .sum::<usize>()
+        + 32 * (2 * pairs.len() + 4);
+    if buf.capacity() - buf.len() < need {
+        buf.reserve(need.max(8 * 1024));
+    }
+    encode_into(plan, args, pairs, buf);
+    buf.split().freeze()
+}
+
+fn encode_into(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)], out: &mut BytesMut) {
     if plan.mset {
-        resp::put_header(&mut out, b'*', 1 + 2 * pairs.len() as i64);
-        resp::put_bulk(&mut out, b"MSET");
+        resp::put_header(out, b'*', 1 + 2 * pairs.len() as i64);
+        resp::put_bulk(out, b"MSET");
         for &(k, v) in pairs {
-            resp::put_bulk(&mut out, &args[k]);
-            resp::put_bulk(&mut out, &args[v]);
+            resp::put_bulk(out, &args[k]);
+            resp::put_bulk(out, &args[v]);
         }
-        return out.freeze();
+        return;
     }
     let (k, v) = pairs[0];
     match plan.expiry {
-        Expiry::Persist => resp::encode_command(&mut out, &[b"SET".as_slice(), &args[k], &args[v]]),
-        Expiry::KeepTtl => resp::encode_command(
-            &mut out,
-            &[b"SET".as_slice(), &args[k], &args[v], b"KEEPTTL"],
-        ),
+        Expiry::Persist => resp::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v]]),
+        Expiry::KeepTtl => {
+            resp::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v], b"KEEPTTL"])
+        }
         Expiry::At(ms) => {
             let mut b = itoa::Buffer::new();
             resp::encode_command(
-                &mut out,
+                out,
                 &[
                     b"SET".as_slice(),
                     &args[k],
@@ -158,7 +180,6 @@ pub fn encode(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)]) -> Byt
             );
         }
     }
-    out.freeze()
 }
 
 #[cfg(test)]
@@ -203,7 +224,7 @@ mod tests {
             Some(Expiry::KeepTtl)
         );
         assert_eq!(
-            p("SETEX k 10 v").map(|p| (p.pairs, p.expiry)),
+            p("SETEX k 10 v").map(|p| (p.pairs.to_vec(), p.expiry)),
             Some((vec![(1, 3)], Expiry::At(NOW + 10_000)))
         );
         assert_eq!(
@@ -211,7 +232,7 @@ mod tests {
             Some(Expiry::At(NOW + 10))
         );
         assert_eq!(
-            p("MSET a 1 b 2").map(|p| p.pairs),
+            p("MSET a 1 b 2").map(|p| p.pairs.to_vec()),
             Some(vec![(1, 2), (3, 4)])
         );
     }
@@ -249,7 +270,7 @@ mod tests {
     fn rewrites_to_absolute_expiry() {
         let a = args("SET k v EX 10");
         let plan = p("SET k v EX 10").expect("planned");
-        let cmd = encode(&plan, &a, &plan.pairs);
+        let cmd = encode(&plan, &a, &plan.pairs, &mut BytesMut::new());
         assert_eq!(
             &cmd[..],
             format!(
@@ -260,7 +281,7 @@ mod tests {
         );
         let a = args("MSET a 1 b 2");
         let plan = p("MSET a 1 b 2").expect("planned");
-        let cmd = encode(&plan, &a, &plan.pairs[1..]);
+        let cmd = encode(&plan, &a, &plan.pairs[1..], &mut BytesMut::new());
         assert_eq!(&cmd[..], b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n");
     }
 }

@@ -15,7 +15,7 @@ use super::Client;
 use crate::cmd::write::{self, Expiry, WritePlan};
 
 /// Pairs bound for one node and slot: (node index, slot, (key, value) indexes).
-type Group = (usize, Option<Slot>, Vec<(usize, usize)>);
+type Group = (usize, Option<Slot>, write::Pairs);
 
 impl Client {
     /// Takes the write-behind path for `args` if the plan allows; `false`
@@ -28,7 +28,8 @@ impl Client {
             return false;
         };
         // Group the pairs by slot (cluster) — one upstream command each.
-        let mut groups: Vec<Group> = Vec::new();
+        // Inline for one slot (every SET): no allocation per write.
+        let mut groups: smallvec::SmallVec<[Group; 1]> = smallvec::SmallVec::new();
         for &(k, v) in &plan.pairs {
             let (node, slot) = match self.route_key(&args[k]) {
                 Ok(r) => r,
@@ -36,7 +37,7 @@ impl Client {
             };
             match groups.iter_mut().find(|g| g.1 == slot) {
                 Some(g) => g.2.push((k, v)),
-                None => groups.push((node, slot, vec![(k, v)])),
+                None => groups.push((node, slot, smallvec::smallvec![(k, v)])),
             }
         }
         // A slot that moved since its last queued write: wait until the old
@@ -66,7 +67,7 @@ impl Client {
         }
         let shared = std::sync::Arc::clone(&self.shared);
         let wb = shared.upstream.write_behind();
-        let mut permits = Vec::with_capacity(groups.len());
+        let mut permits: smallvec::SmallVec<[_; 1]> = smallvec::SmallVec::new();
         // After one write of this batch waited the full timeout, the rest of
         // the batch does not wait again: a pipeline of writes against a full
         // queue is refused in one timeout, not one timeout per write.
@@ -100,11 +101,8 @@ impl Client {
         }
         let db = self.st.db;
         for ((node, slot, pairs), permit) in groups.into_iter().zip(permits) {
-            let cmd = write::encode(&plan, args, &pairs);
-            let keys = pairs
-                .iter()
-                .map(|&(k, _)| args[k].clone())
-                .collect::<Vec<_>>();
+            let cmd = write::encode(&plan, args, &pairs, &mut self.write_buf);
+            let keys = pairs.iter().map(|&(k, _)| args[k].clone()).collect();
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };

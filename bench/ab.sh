@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# bench/ab.sh — two sidecache binaries (A = before, B = after) side by side
+# against one throwaway Redis, with direct Redis as the reference, rounds
+# interleaved (the order rotates every round). For "prove it before and
+# after" on hot-path changes.
+#
+#   bench/ab.sh /path/to/sidecache-before /path/to/sidecache-after
+#
+# Knobs: TESTS=set  PIPELINES="1 16"  ROUNDS=5  N=200000  CLIENTS=50
+#        DATA_SIZE=64  KEYSPACE=100000  ARGS_A="" ARGS_B="" (extra flags)
+# Prints one line per run and the medians. Only processes it started are
+# stopped (by pid).
+set -euo pipefail
+A="$1"; B="$2"
+TESTS="${TESTS:-set}"; PIPELINES="${PIPELINES:-1 16}"; ROUNDS="${ROUNDS:-5}"
+N="${N:-200000}"; CLIENTS="${CLIENTS:-50}"; DATA_SIZE="${DATA_SIZE:-64}"
+KEYSPACE="${KEYSPACE:-100000}"
+WORK="$(mktemp -d)"; PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+RP=$(port); AP=$(port); BP=$(port)
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null 2>&1 & PIDS+=($!)
+sleep 0.5
+"$A" --listen "127.0.0.1:$AP" --upstream "redis://127.0.0.1:$RP" --log-level warn ${ARGS_A:-} >"$WORK/a.log" 2>&1 & PIDS+=($!)
+"$B" --listen "127.0.0.1:$BP" --upstream "redis://127.0.0.1:$RP" --log-level warn ${ARGS_B:-} >"$WORK/b.log" 2>&1 & PIDS+=($!)
+for p in "$AP" "$BP"; do
+  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+done
+declare -A R
+names=(redis A B); ports=("$RP" "$AP" "$BP")
+for round in $(seq "$ROUNDS"); do
+  for t in ${TESTS//,/ }; do
+    for P in $PIPELINES; do
+      for i in 0 1 2; do
+        j=$(( (i + round) % 3 ))
+        rps=$(redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
+              -n "$N" -P "$P" -t "$t" -q --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"')
+        echo "round $round ${names[$j]} $t -P $P: $rps"
+        R["${names[$j]}|$t|$P"]+="$rps "
+        sleep 0.5
+      done
+    done
+  done
+done
+echo
+echo "median rps (ratio to redis):"
+for t in ${TESTS//,/ }; do for P in $PIPELINES; do
+  line="$t -P $P:"
+  for n in redis A B; do
+    m=$(echo ${R["$n|$t|$P"]} | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    eval "m_$n=$m"
+    line+=" $n $m"
+  done
+  line+="  (A $(python3 -c "print(f'{$m_A/$m_redis:.2f}')")x, B $(python3 -c "print(f'{$m_B/$m_redis:.2f}')")x)"
+  echo "$line"
+done; done
