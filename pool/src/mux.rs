@@ -238,8 +238,13 @@ async fn run_connected(
             r = rx.recv() => r,
             _ = tick(&mut heartbeat) => {
                 if pongs.load(Ordering::Acquire) < pings {
+                    // The connection is kept (closing it could let writes
+                    // it carries run after their retries on a new one);
+                    // the channel is down until the ping is answered.
                     if ping_sent.elapsed() >= HEARTBEAT_TIMEOUT {
-                        return Some(Error::Timeout { addr: addr.to_string() });
+                        if let Some(ch) = channel {
+                            ch.set_down("heartbeat unanswered");
+                        }
                     }
                     continue;
                 }
@@ -302,6 +307,8 @@ async fn read_loop(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
+    // `CLIENT TRACKING` acknowledged on this connection.
+    let mut registered = false;
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -333,11 +340,21 @@ async fn read_loop(
                             }
                             Sink::Ping => {
                                 pongs.fetch_add(1, Ordering::AcqRel);
+                                // Back after a heartbeat timeout: nothing was
+                                // lost on this connection (pushes arrive in
+                                // order), and the L1 was cleared when it went
+                                // down with nothing cached since.
+                                if let (Some(ch), true) = (&channel, registered) {
+                                    ch.set_up();
+                                }
                             }
                             Sink::Tracking => {
                                 let Some(ch) = &channel else { continue };
                                 match cur.frames.first().and_then(|f| resp::error_text(f)) {
-                                    None => ch.set_up(),
+                                    None => {
+                                        registered = true;
+                                        ch.set_up();
+                                    }
                                     Some(e) => ch.refused(&String::from_utf8_lossy(e)),
                                 }
                             }

@@ -8,11 +8,13 @@
 //! write-behind batches of the database clients start in (the upstream
 //! URL's, usually 0), so `NOLOOP` keeps the proxy's own flushes from
 //! evicting the values it just wrote. The connection is pinged
-//! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] breaks
-//! it, as does any error.
+//! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] takes
+//! the channel down (the connection is kept: closing it could let the
+//! writes it carries run after their retries on a new one), and the next
+//! answered ping brings it back.
 //!
 //! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
-//! until the connection is lost. While it is down, the master's part of the
+//! until the connection is lost or a heartbeat goes unanswered. While it is down, the master's part of the
 //! L1 is empty and stays so: the loss clears it ([`CoherenceListener::reset_node`]),
 //! and fills and written values for its keys are not cached
 //! ([`Channel::is_up`]), so reads go upstream until tracking is back.
@@ -27,6 +29,10 @@
 //!   sent the GET. So the invalidation is applied after the fill began:
 //!   either before the fill completes (the epoch moved: the fill is
 //!   discarded) or after it (the invalidation removes the entry).
+//! - Back up after an unanswered heartbeat: the connection never broke, so
+//!   no invalidation was lost, only delayed; the L1 was cleared when the
+//!   channel went down and nothing was cached while it was down, so every
+//!   entry is from a fill begun after it came back, covered above.
 //! - The channel was not up at `W` (not yet registered, or lost): the fill
 //!   must have checked the channel *after* reading the epoch and found it
 //!   up, so it began after the registration — then `W` predates `G`. If the

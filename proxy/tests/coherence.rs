@@ -732,3 +732,61 @@ async fn own_writes_stay_cached_in_the_url_database() {
     let v: usize = d.get("o:999").await.unwrap();
     assert_eq!(v, 999);
 }
+
+/// The upstream paused (SIGSTOP) longer than the heartbeat timeout: the
+/// channel goes down and the L1 is cleared; on SIGCONT the same connection
+/// answers, the channel comes back, and writes queued meanwhile land once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_upstream_takes_the_channel_down_and_back() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let _: () = d.set(format!("z:{i}"), "v").await.unwrap();
+        cache(&mut c, &format!("z:{i}")).await;
+    }
+    redis.signal("STOP");
+    // Writes acknowledged while the upstream is paused.
+    for i in 0..100 {
+        let _: () = c.set(format!("w:{i}"), i).await.unwrap();
+    }
+    let t0 = Instant::now();
+    loop {
+        let inf = info(&mut c).await;
+        if info_field(&inf, "tracking_channels_up") == 0 {
+            assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared when down");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "channel never went down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    redis.signal("CONT");
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "channel not back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "tracking_channel_losses"), 1);
+    // Coherent again, and every write landed.
+    cache(&mut c, "z:1").await;
+    let _: () = d.set("z:1", "new").await.unwrap();
+    time_until(&mut c, "z:1", "new").await;
+    let t0 = Instant::now();
+    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..100 {
+        let v: i64 = d.get(format!("w:{i}")).await.unwrap();
+        assert_eq!(v, i);
+    }
+}
