@@ -14,10 +14,18 @@
 #                   of every target, and the ratios to direct Redis
 #   latest-raw.csv  every single redis-benchmark row of the run
 #   latest.md       the markdown table (also printed) plus the run's settings
+#   latest.png      throughput ratio to direct Redis per test, P1 and P16
+#                   (cluster runs: cluster-latest.*)
 #
 # Knobs (environment variables):
 #   N=200000          requests per redis-benchmark run
-#   TESTS=set,get     redis-benchmark tests, run one -t at a time in this order
+#   TESTS=get,get-miss,set,incr,lpush,hset,mget,mset,lrange_100
+#                     tests, one at a time in this order: redis-benchmark -t
+#                     names, plus get-miss (GET of keys that do not exist:
+#                     -r 100000000, so every GET misses the L1 and goes
+#                     upstream) and mget (MGET of 10 random keys)
+#   QUICK=1           a short run (N=20000, ROUNDS=1, TESTS=get,set,mget):
+#                     checks the set-up in well under 2 minutes
 #   WARM=1            before each GET run, read every key once through the
 #                     target (redis-cli --pipe), so caches are measured warm
 #   ROUNDS=3          rounds; the median over rounds is reported
@@ -34,6 +42,8 @@
 #                     coarse for short runs; raise N if you raise THREADS)
 #   SKIP_SIDECACHE=1  leave sidecache out (e.g. while the binary isn't ready)
 #   SKIP_TWEMPROXY=1  leave twemproxy out
+#   SKIP_UNIX=1       leave out sidecache over its Unix socket
+#   CHART=1           also draw latest.png (gnuplot; installed when missing)
 #   SKIP_BUILD=1      don't run cargo build (use the existing binary)
 #   SIDECACHE_BIN=... binary to run (default: <repo>/target/release/sidecache)
 #   SIDECACHE_ARGS="..." extra flags for sidecache (word-split)
@@ -48,8 +58,15 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 
+QUICK="${QUICK:-0}"
+if [[ "$QUICK" == 1 ]]; then
+  N="${N:-20000}"
+  ROUNDS="${ROUNDS:-1}"
+  TESTS="${TESTS:-get,set,mget}"
+  PAUSE="${PAUSE:-0.3}"
+fi
 N="${N:-200000}"
-TESTS="${TESTS:-set,get}"
+TESTS="${TESTS:-get,get-miss,set,incr,lpush,hset,mget,mset,lrange_100}"
 ROUNDS="${ROUNDS:-3}"
 PIPELINES="${PIPELINES:-1 16}"
 CLIENTS="${CLIENTS:-50}"
@@ -58,6 +75,8 @@ KEYSPACE="${KEYSPACE:-100000}"
 TOPOLOGY="${TOPOLOGY:-standalone}"
 SKIP_SIDECACHE="${SKIP_SIDECACHE:-0}"
 SKIP_TWEMPROXY="${SKIP_TWEMPROXY:-0}"
+SKIP_UNIX="${SKIP_UNIX:-0}"
+CHART="${CHART:-1}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 SIDECACHE_ARGS="${SIDECACHE_ARGS:-}"
 PAUSE="${PAUSE:-1}"
@@ -99,6 +118,9 @@ ensure_packages() {
   fi
   if [[ "$TOPOLOGY" == standalone && "$SKIP_TWEMPROXY" != 1 ]]; then
     command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
+  fi
+  if [[ "$CHART" == 1 ]]; then
+    command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox)
   fi
   ((${#missing[@]} == 0)) && return 0
   command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get to install them"
@@ -278,15 +300,24 @@ else
   BENCH_EXTRA[redis]="--cluster"
 fi
 
+declare -A SOCKET=() # target -> Unix socket redis-benchmark talks to instead
 if [[ "$SKIP_SIDECACHE" != 1 ]]; then
   SC_PORT="$(pick_port)"
-  start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" \
+  SC_SOCKET="$WORKDIR/sidecache.sock"
+  start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --unix-socket "$SC_SOCKET" \
     --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
   wait_ready sidecache "$LAST_PID" "$SC_PORT"
-  log "sidecache  127.0.0.1:$SC_PORT (pid $LAST_PID)"
+  log "sidecache  127.0.0.1:$SC_PORT and $SC_SOCKET (pid $LAST_PID)"
   TARGETS+=(sidecache)
   PORT[sidecache]="$SC_PORT"
   BENCH_EXTRA[sidecache]=""
+  if [[ "$SKIP_UNIX" != 1 ]]; then
+    # The same process, over its Unix socket.
+    TARGETS+=(sidecache-unix)
+    PORT[sidecache-unix]="$SC_PORT"
+    SOCKET[sidecache-unix]="$SC_SOCKET"
+    BENCH_EXTRA[sidecache-unix]=""
+  fi
 fi
 
 if [[ "$TOPOLOGY" == standalone && "$SKIP_TWEMPROXY" != 1 ]]; then
@@ -333,18 +364,39 @@ fi
 # target sees the same load.
 warm() {
   [[ "$WARM" == 1 ]] || return 0
-  timeout "$RUN_TIMEOUT" redis-cli -h 127.0.0.1 -p "${PORT[$1]}" --pipe <"$WARM_FILE" >/dev/null 2>>"$WORKDIR/redis-benchmark.log" ||
+  local where=(-h 127.0.0.1 -p "${PORT[$1]}")
+  [[ -n "${SOCKET[$1]:-}" ]] && where=(-s "${SOCKET[$1]}")
+  timeout "$RUN_TIMEOUT" redis-cli "${where[@]}" --pipe <"$WARM_FILE" >/dev/null 2>>"$WORKDIR/redis-benchmark.log" ||
     log "  WARNING: warm-up of $1 failed"
 }
 
+# test_args TEST -> the redis-benchmark arguments that run it (after the
+# common ones; a later -r overrides the common one).
+test_args() {
+  local tag=""
+  [[ "$TOPOLOGY" == cluster ]] && tag="{tag}"
+  case "$1" in
+    get-miss) echo "-t get -r 100000000" ;;
+    mget)
+      local keys=() i
+      for i in 1 2 3 4 5 6 7 8 9 10; do keys+=("key:${tag}__rand_int__"); done
+      echo "MGET ${keys[*]}"
+      ;;
+    *) echo "-t $1" ;;
+  esac
+}
+
 run_one() { # run_one ROUND TARGET PIPELINE TEST
-  local round="$1" target="$2" pipeline="$3" test="$4" out extra=()
+  local round="$1" target="$2" pipeline="$3" test="$4" out extra=() targs=() where
   out="$WORKDIR/run-$round-$target-P$pipeline-$test.csv"
   read -r -a extra <<<"${BENCH_EXTRA[$target]}"
+  read -r -a targs <<<"$(test_args "$test")"
+  where=(-h 127.0.0.1 -p "${PORT[$target]}")
+  [[ -n "${SOCKET[$target]:-}" ]] && where=(-s "${SOCKET[$target]}")
   # In the background + wait, so that a signal to this script is handled at
   # once (bash runs traps only between foreground commands).
-  timeout "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "${PORT[$target]}" "${extra[@]}" \
-    "${BENCH_COMMON[@]}" -t "$test" -P "$pipeline" >"$out" 2>>"$WORKDIR/redis-benchmark.log" &
+  timeout "$RUN_TIMEOUT" redis-benchmark "${where[@]}" "${extra[@]}" \
+    "${BENCH_COMMON[@]}" -P "$pipeline" "${targs[@]}" >"$out" 2>>"$WORKDIR/redis-benchmark.log" &
   BENCH_PID=$!
   local rc=0
   wait "$BENCH_PID" || rc=$?
@@ -353,11 +405,12 @@ run_one() { # run_one ROUND TARGET PIPELINE TEST
     log "  WARNING: redis-benchmark against $target -P $pipeline failed or timed out; run not counted"
     return 0
   fi
-  # "SET","555555.56","1.240",... -> round,target,pipeline,SET,555555.56,1.240,...
-  awk -F'","|^"|"$' -v r="$round" -v t="$target" -v p="$pipeline" \
-    'NF >= 9 && $2 != "test" { printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r, t, p, $2, $3, $4, $5, $6, $7, $8, $9 }' \
-    "$out" | tee -a "$RAW" |
-    awk -F, '{ printf "[bench]   %-9s -P %-3s %-6s %12.0f rps  p50 %s ms\n", $2, $3, $4, $5, $8 }' >&2
+  # "SET","555555.56","1.240",... -> round,target,pipeline,TEST,555555.56,1.240,...
+  # (the row is named by our test name: get-miss, mget, not by redis-benchmark's)
+  awk -F'","|^"|"$' -v r="$round" -v t="$target" -v p="$pipeline" -v x="$test" \
+    'NF >= 9 && $2 != "test" { printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r, t, p, x, $3, $4, $5, $6, $7, $8, $9 }' \
+    "$out" | head -n 1 | tee -a "$RAW" |
+    awk -F, '{ printf "[bench]   %-14s -P %-3s %-10s %12.0f rps  p50 %s ms  p99 %s ms\n", $2, $3, $4, $5, $8, $10 }' >&2
 }
 
 IFS=, read -r -a TEST_LIST <<<"$TESTS"
@@ -372,7 +425,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         kill -0 "$pid" 2>/dev/null || die "a benchmarked process (pid $pid) has exited; see logs in $WORKDIR"
       done
       for test in "${TEST_LIST[@]}"; do
-        [[ "$test" == get ]] && warm "$target"
+        [[ "$test" == get || "$test" == mget ]] && warm "$target"
         run_one "$round" "$target" "$pipeline" "$test"
         sleep "$PAUSE"
       done
@@ -402,9 +455,19 @@ fmt_rps() { if [[ -n "$1" ]]; then printf '%.0f' "$1"; else printf 'n/a'; fi; }
 fmt_ratio() { if [[ -n "$1" ]]; then printf '%s×' "$1"; else printf 'n/a'; fi; }
 
 mkdir -p "$RESULTS_DIR"
+PREFIX=""
+[[ "$TOPOLOGY" == cluster ]] && PREFIX="cluster-"
 CSV="$WORKDIR/latest.csv"
 MD="$WORKDIR/latest.md"
-echo "test,pipeline,redis_rps,sidecache_rps,twemproxy_rps,sidecache_redis_ratio,twemproxy_redis_ratio,redis_p50_ms,sidecache_p50_ms,twemproxy_p50_ms" >"$CSV"
+# Columns: per target rps, p50, p99; per proxy its ratio to direct Redis.
+PROXIES=()
+for t in "${TARGETS[@]}"; do [[ "$t" != redis ]] && PROXIES+=("$t"); done
+{
+  printf 'test,pipeline'
+  for t in "${TARGETS[@]}"; do printf ',%s_rps,%s_p50_ms,%s_p99_ms' "$t" "$t" "$t"; done
+  for t in "${PROXIES[@]}"; do printf ',%s_redis_ratio' "$t"; done
+  echo
+} >"$CSV"
 
 GIT_REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 Cargo.toml Cargo.lock 2>/dev/null || true)" ]]; then
@@ -416,35 +479,86 @@ elif [[ "$SKIP_BUILD" == 1 || "$SIDECACHE_BIN" != "$SIDECACHE_BIN_DEFAULT" ]]; t
   GIT_REV+=" (binary $SIDECACHE_BIN, not built by this run)"
 fi
 {
-  echo "Run $(date -u +%Y-%m-%dT%H:%M:%SZ), sidecache $GIT_REV, topology $TOPOLOGY, $(nproc) CPUs, $(redis-server --version | awk '{print $3}' | tr -d 'v=')."
-  echo "redis-benchmark ${BENCH_COMMON[*]} -t {$TESTS} -P {${PIPELINE_LIST[*]}}; median of $ROUNDS rounds; warm-up read of every key before GET runs: $WARM."
+  echo "Run $(date -u +%Y-%m-%dT%H:%M:%SZ), sidecache $GIT_REV, topology $TOPOLOGY, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v=')."
+  echo "redis-benchmark ${BENCH_COMMON[*]} -P {${PIPELINE_LIST[*]}}, tests {$TESTS}; median of $ROUNDS rounds; warm-up read of every key before GET/MGET runs: $WARM. Latency: median over rounds of redis-benchmark's p50 / p99, ms."
   echo
-  echo "| test | pipeline | redis rps | sidecache rps | twemproxy rps | sidecache/redis | twemproxy/redis |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
+  printf '| test | P |'
+  for t in "${TARGETS[@]}"; do printf ' %s rps |' "$t"; done
+  for t in "${PROXIES[@]}"; do printf ' %s/redis |' "$t"; done
+  for t in "${TARGETS[@]}"; do printf ' %s p50/p99 |' "$t"; done
+  echo
+  printf '|---|---:|'
+  for _ in "${TARGETS[@]}" "${PROXIES[@]}" "${TARGETS[@]}"; do printf -- '---:|'; done
+  echo
 } >"$MD"
 
 mapfile -t TEST_NAMES < <(awk -F, 'NR > 1 && !seen[$4]++ { print $4 }' "$RAW")
 ((${#TEST_NAMES[@]} > 0)) || die "no benchmark run produced results; see $WORKDIR"
+CHART_DATA="$WORKDIR/chart.dat"
+: >"$CHART_DATA"
 for test in "${TEST_NAMES[@]}"; do
   for pipeline in "${PIPELINE_LIST[@]}"; do
     r="$(median 5 redis "$test" "$pipeline")"
-    s="$(median 5 sidecache "$test" "$pipeline")"
-    t="$(median 5 twemproxy "$test" "$pipeline")"
-    rl="$(median 8 redis "$test" "$pipeline" 3)"
-    sl="$(median 8 sidecache "$test" "$pipeline" 3)"
-    tl="$(median 8 twemproxy "$test" "$pipeline" 3)"
-    sr="$(ratio "$s" "$r")"
-    tr_="$(ratio "$t" "$r")"
-    echo "$test,$pipeline,$r,$s,$t,$sr,$tr_,$rl,$sl,$tl" >>"$CSV"
-    echo "| $test | $pipeline | $(fmt_rps "$r") | $(fmt_rps "$s") | $(fmt_rps "$t") | $(fmt_ratio "$sr") | $(fmt_ratio "$tr_") |" >>"$MD"
+    row="$test,$pipeline"
+    md="| $test | $pipeline |"
+    lat=""
+    for t in "${TARGETS[@]}"; do
+      v="$(median 5 "$t" "$test" "$pipeline")"
+      p50="$(median 8 "$t" "$test" "$pipeline" 3)"
+      p99="$(median 10 "$t" "$test" "$pipeline" 3)"
+      row+=",$v,$p50,$p99"
+      md+=" $(fmt_rps "$v") |"
+      lat+=" ${p50:-n/a} / ${p99:-n/a} |"
+    done
+    chart_row="$test-P$pipeline"
+    for t in "${PROXIES[@]}"; do
+      q="$(ratio "$(median 5 "$t" "$test" "$pipeline")" "$r")"
+      row+=",$q"
+      md+=" $(fmt_ratio "$q") |"
+      chart_row+=" ${q:-0}"
+    done
+    echo "$row" >>"$CSV"
+    echo "$md$lat" >>"$MD"
+    echo "$chart_row" >>"$CHART_DATA"
   done
 done
 
-cp "$CSV" "$RESULTS_DIR/latest.csv"
-cp "$RAW" "$RESULTS_DIR/latest-raw.csv"
-cp "$MD" "$RESULTS_DIR/latest.md"
+cp "$CSV" "$RESULTS_DIR/${PREFIX}latest.csv"
+cp "$RAW" "$RESULTS_DIR/${PREFIX}latest-raw.csv"
+cp "$MD" "$RESULTS_DIR/${PREFIX}latest.md"
+
+if [[ "$CHART" == 1 ]] && command -v gnuplot >/dev/null 2>&1 && ((${#PROXIES[@]} > 0)); then
+  PNG="$RESULTS_DIR/${PREFIX}latest.png"
+  {
+    echo "set terminal pngcairo size 1400,600 font ',10' noenhanced"
+    echo "set output '$PNG'"
+    echo "set title 'Throughput relative to direct Redis ($TOPOLOGY, -c $CLIENTS -d $DATA_SIZE, median of $ROUNDS rounds; 1.0 = direct Redis)'"
+    echo "set style data histograms"
+    echo "set style histogram clustered gap 1"
+    echo "set style fill solid 0.8 border -1"
+    echo "set boxwidth 0.9"
+    echo "set yrange [0:*]"
+    echo "set ylabel 'requests/s ÷ direct Redis requests/s'"
+    echo "set xtics rotate by -40 scale 0"
+    echo "set grid ytics"
+    echo "set key top left"
+    echo "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lw 2 lc rgb 'black'"
+    printf "plot "
+    for ((k = 0; k < ${#PROXIES[@]}; k++)); do
+      ((k > 0)) && printf ", "
+      printf "'%s' using %d:xtic(1) title '%s'" "$CHART_DATA" $((k + 2)) "${PROXIES[k]}"
+    done
+    echo
+  } >"$WORKDIR/chart.gp"
+  if gnuplot "$WORKDIR/chart.gp" 2>"$WORKDIR/gnuplot.log"; then
+    log "wrote $PNG"
+  else
+    show_log gnuplot
+    log "  WARNING: chart not drawn"
+  fi
+fi
 echo
 cat "$MD"
 echo
-log "wrote $RESULTS_DIR/latest.csv, latest-raw.csv, latest.md"
+log "wrote $RESULTS_DIR/${PREFIX}latest.csv, ${PREFIX}latest-raw.csv, ${PREFIX}latest.md"
 FAILED=0
