@@ -1,4 +1,5 @@
-//! Micro-benchmark of the L1 hit path: `cargo bench -p sidecache-l1`.
+//! Micro-benchmarks of the L1: hits, and the write-behind insert
+//! (`insert_written`, replacing an existing entry): `cargo bench -p sidecache-l1`.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use bytes::Bytes;
@@ -24,6 +25,17 @@ fn hits(c: &mut Criterion) {
                 if let sidecache_l1::Lookup::Hit(Some(v)) = l1.get(0, k) {
                     n += v.len();
                 }
+            }
+            n
+        })
+    });
+    g.bench_function("insert_written_100k", |b| {
+        b.iter(|| {
+            let now = std::time::Instant::now();
+            let deadline = now + std::time::Duration::from_secs(60);
+            let mut n = 0;
+            for k in &keys {
+                n += usize::from(l1.insert_written(0, k, &value, deadline, now));
             }
             n
         })
