@@ -11,6 +11,7 @@ use sidecache_l1::L1;
 use sidecache_pool::Upstream;
 
 use crate::flight::Flights;
+use crate::metrics::Metrics;
 
 use crate::cmd::table::CommandTable;
 use crate::config::Config;
@@ -26,6 +27,56 @@ pub struct Stats {
     pub commands: AtomicU64,
     /// Commands answered with an upstream error.
     pub upstream_errors: AtomicU64,
+    /// Requests that could not be parsed (the client is disconnected).
+    pub protocol_errors: AtomicU64,
+}
+
+/// The invalidation channel (client tracking) as metrics and INFO see it.
+///
+/// TODO(#5): fed by the coherence work in `sidecache-pool`: the tracking
+/// listener calls [`Tracking::set_up`] when a master's tracking connection
+/// comes up or is lost, and [`Tracking::received`] for each invalidation
+/// message. Until it does, no master is listed and INFO says `tracking:off`.
+#[derive(Debug, Default)]
+pub struct Tracking {
+    invalidations_received: AtomicU64,
+    shards: Mutex<BTreeMap<String, bool>>,
+}
+
+impl Tracking {
+    /// The tracking connection to the master at `shard` is up or down.
+    pub fn set_up(&self, shard: &str, up: bool) {
+        let mut g = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        g.insert(shard.to_owned(), up);
+    }
+
+    /// `n` invalidation messages arrived.
+    pub fn received(&self, n: u64) {
+        self.invalidations_received.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Invalidation messages received since start.
+    pub fn invalidations_received(&self) -> u64 {
+        self.invalidations_received.load(Ordering::Relaxed)
+    }
+
+    /// Each master's tracking state, by address.
+    pub fn shards(&self) -> Vec<(String, bool)> {
+        let g = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// `off` (no channel), `up` (every master), `down` (none) or `partial`.
+    pub fn state(&self) -> &'static str {
+        let shards = self.shards();
+        let up = shards.iter().filter(|s| s.1).count();
+        match (shards.len(), up) {
+            (0, _) => "off",
+            (n, u) if n == u => "up",
+            (_, 0) => "down",
+            _ => "partial",
+        }
+    }
 }
 
 /// What CLIENT LIST shows of a client; updated only on rare events.
@@ -83,6 +134,10 @@ pub struct Shared {
     pub l1: L1,
     /// L1 misses being fetched (coalescing).
     pub flights: Flights,
+    /// Per-command metrics and what only the proxy counts.
+    pub metrics: Metrics,
+    /// The invalidation channel's state.
+    pub tracking: Tracking,
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
 }
@@ -93,6 +148,8 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
+            metrics: Metrics::new(&table, config.metrics_listen.is_some()),
+            tracking: Tracking::default(),
             upstream,
             table,
             config,

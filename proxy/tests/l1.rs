@@ -179,6 +179,7 @@ fn capacity_bounds_memory() {
             "--log-level",
             "warn",
         ])
+        .env("SIDECACHE_METRICS_LISTEN", "127.0.0.1:0")
         .spawn()
         .unwrap();
     let rss = |pid: u32| -> u64 {
