@@ -38,7 +38,7 @@ async fn hits_do_not_reach_upstream() {
     );
     assert_eq!(upstream_calls(&redis, "mget").await, 0);
     let info: String = redis::cmd("INFO")
-        .arg("proxy")
+        .arg("l1")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -235,7 +235,7 @@ fn capacity_bounds_memory() {
             }
         }
         let info: String = redis::cmd("INFO")
-            .arg("proxy")
+            .arg("l1")
             .query_async(&mut c)
             .await
             .unwrap();

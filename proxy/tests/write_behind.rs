@@ -398,7 +398,7 @@ async fn write_through_acknowledges_after_upstream() {
         assert_eq!(v, i, "acknowledged before upstream had it");
     }
     let info: String = redis::cmd("INFO")
-        .arg("proxy")
+        .arg("writebehind")
         .query_async(&mut c)
         .await
         .unwrap();

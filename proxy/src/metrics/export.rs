@@ -607,6 +607,31 @@ mod tests {
     }
 
     #[test]
+    fn dashboard_uses_only_exported_metrics() {
+        let dash = include_str!("../../../deploy/grafana/sidecache.json");
+        let mut used = 0;
+        for (i, _) in dash.match_indices("sidecache_") {
+            let name: String = dash[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
+                .collect();
+            if name == "sidecache_" {
+                continue;
+            }
+            let known = FAMILIES.iter().any(|f| {
+                name == f.name
+                    || (matches!(f.kind, Kind::Histogram | Kind::Summary)
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|s| name == format!("{}{s}", f.name)))
+            });
+            assert!(known, "the dashboard uses {name}, which is not exported");
+            used += 1;
+        }
+        assert!(used > 20);
+    }
+
+    #[test]
     fn before_attach_only_process_figures() {
         let e = Exporter::new();
         e.waiting("connection refused\r\n");
