@@ -58,6 +58,19 @@ pub enum TrackingArg {
     Off,
 }
 
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Default address of the metrics and health endpoint.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9121";
+
 /// Every option, as given (all optional so that sources can be merged).
 #[derive(Debug, Default, Parser, Deserialize)]
 #[command(
@@ -151,6 +164,19 @@ pub struct Options {
     /// Log filter (tracing syntax, e.g. `info` or `sidecache=debug`) [default: info].
     #[arg(long, env = "SIDECACHE_LOG_LEVEL", value_name = "FILTER")]
     pub log_level: Option<String>,
+
+    /// Log line format: text or json [default: text].
+    #[arg(long, env = "SIDECACHE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+
+    /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9121].
+    #[arg(long, env = "SIDECACHE_METRICS_LISTEN", value_name = "ADDR|off")]
+    pub metrics_listen: Option<String>,
+
+    /// Seconds to keep retrying an unreachable upstream at start (with
+    /// /readyz answering 503) before giving up; 0 fails at once [default: 0].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_WAIT", value_name = "SECS")]
+    pub upstream_wait: Option<f64>,
 
     /// L1 capacity in bytes (keys + values + overhead); 0 turns the L1 off; accepts kb/mb/gb [default: 256mb].
     #[arg(long, env = "SIDECACHE_L1_MAX_BYTES", value_name = "BYTES")]
@@ -264,6 +290,13 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Log filter.
     pub log_level: String,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Address of the metrics/health endpoint; `None` when `off` (which
+    /// also stops per-command metrics on the hot path).
+    pub metrics_listen: Option<SocketAddr>,
+    /// How long to retry an unreachable upstream at start (zero: fail at once).
+    pub upstream_wait: Duration,
     /// L1 cache settings.
     pub l1: L1Config,
     /// How SETs are acknowledged.
@@ -297,6 +330,9 @@ impl Options {
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
+            log_format: self.log_format.or(file.log_format),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            upstream_wait: self.upstream_wait.or(file.upstream_wait),
             write_mode: self.write_mode.or(file.write_mode),
             write_batch: self.write_batch.or(file.write_batch),
             write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
@@ -460,6 +496,23 @@ impl Config {
                 "must be between 1 and 2147483647",
             ));
         }
+        let metrics_listen = match o.metrics_listen.as_deref().map(str::trim) {
+            Some(v) if v.eq_ignore_ascii_case("off") => None,
+            v => {
+                let v = v.unwrap_or(DEFAULT_METRICS_LISTEN);
+                Some(v.parse::<SocketAddr>().map_err(|_| {
+                    err(
+                        "--metrics-listen",
+                        format!("{v:?} is not an address like 127.0.0.1:9121 or off"),
+                    )
+                })?)
+            }
+        };
+        let upstream_wait = match o.upstream_wait {
+            None => Duration::ZERO,
+            Some(v) => Duration::try_from_secs_f64(v)
+                .map_err(|_| err("--upstream-wait", format!("{v} is not a number of seconds")))?,
+        };
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
         if maxclients == 0 {
             return Err(err("--maxclients", "must be at least 1"));
@@ -514,6 +567,9 @@ impl Config {
             requirepass: o.requirepass.filter(|p| !p.is_empty()),
             shutdown_timeout: secs("--shutdown-timeout", o.shutdown_timeout, 30.0)?,
             log_level: o.log_level.unwrap_or_else(|| "info".into()),
+            log_format: o.log_format.unwrap_or(LogFormat::Text),
+            metrics_listen,
+            upstream_wait,
         })
     }
 
@@ -537,19 +593,43 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} maxclients={} requirepass={} l1_max_bytes={} l1_ttl_cap={:?} write_mode={:?} write_batch={} write_queue_max={}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
             self.upstream.mode,
             self.upstream.pool_size,
+            self.upstream.connect_timeout,
+            self.upstream.refresh_interval,
+            self.upstream.tls_ca_file,
             self.maxclients,
             if self.requirepass.is_some() { "<set>" } else { "<none>" },
             self.l1.max_bytes,
+            self.l1.max_value_bytes,
             self.l1.ttl_cap,
+            self.l1.cache_nil,
+            self.l1.include_prefixes.len(),
+            self.l1.exclude_prefixes.len(),
             self.write_mode,
             self.upstream.write.batch,
+            self.upstream.write.flush_interval,
             self.upstream.write.queue_max,
+            self.upstream.write.queue_timeout,
+            match &self.upstream.coherence {
+                sidecache_pool::tracking::Coherence::Off => "tracking off".to_owned(),
+                sidecache_pool::tracking::Coherence::Tracking { peer_channel, .. } => format!(
+                    "tracking on (peer fallback channel: {})",
+                    peer_channel
+                        .as_deref()
+                        .map_or_else(|| "off".into(), String::from_utf8_lossy)
+                ),
+            },
+            self.shutdown_timeout,
+            self.metrics_listen
+                .map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            self.upstream_wait,
+            self.log_level,
+            self.log_format,
         )
     }
 }
@@ -673,6 +753,40 @@ mod tests {
         assert_eq!(c.upstream.pool_size, 5);
         assert_eq!(c.upstream.seeds[0].addr.port, 1);
         assert!(toml::from_str::<Options>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn observability_options() {
+        let c = Config::from_options(opts(&["--upstream", "redis://:s3cret@h"])).expect("valid");
+        assert_eq!(
+            c.metrics_listen.map(|a| a.to_string()).as_deref(),
+            Some(DEFAULT_METRICS_LISTEN)
+        );
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.upstream_wait, Duration::ZERO);
+        let line = c.redacted();
+        assert!(!line.contains("s3cret"), "{line}");
+        assert!(line.contains("<auth>@"), "{line}");
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "redis://h",
+            "--metrics-listen",
+            "off",
+            "--log-format",
+            "json",
+            "--upstream-wait",
+            "2.5",
+        ]))
+        .expect("valid");
+        assert!(c.metrics_listen.is_none());
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.upstream_wait, Duration::from_millis(2500));
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--metrics-listen", "x"]))
+            .expect_err("bad");
+        assert_eq!(e.key, "--metrics-listen");
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--upstream-wait=-1"]))
+            .expect_err("bad");
+        assert_eq!(e.key, "--upstream-wait");
     }
 
     #[test]

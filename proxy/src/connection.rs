@@ -38,6 +38,7 @@ use crate::cmd::local::{self, ClientState, Local, Outcome};
 use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
 use crate::flight::{Fetched, Flight, Joined};
+use crate::metrics::{ConnMetrics, Path};
 use crate::resp::reply::Reply;
 use crate::resp::request::{Limits, Parser, Request};
 use crate::state::{ClientEntry, Shared};
@@ -115,8 +116,24 @@ enum Pending {
     },
     Info {
         upstream: Option<(u32, u32)>,
-        proxy: bool,
+        proxy: crate::info::Sections,
     },
+}
+
+impl Pending {
+    /// How this reply is counted in the latency split; `None` for entries
+    /// that answer no command.
+    fn path(&self) -> Option<Path> {
+        match self {
+            Pending::Invalidate(_) => None,
+            Pending::Local(_) => Some(Path::Local),
+            Pending::Value(_) => Some(Path::L1Hit),
+            Pending::Mget(items) if items.iter().all(|i| matches!(i, MgetItem::Hit(_))) => {
+                Some(Path::L1Hit)
+            }
+            _ => Some(Path::Upstream),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -149,6 +166,8 @@ pub struct Client {
     /// Write-behind commands are encoded here and split off (one
     /// allocation serves many writes).
     write_buf: BytesMut,
+    /// This connection's metrics tally.
+    metrics: ConnMetrics,
 }
 
 enum Flow {
@@ -182,6 +201,7 @@ impl Client {
         });
         let topo = shared.upstream.topology();
         Client {
+            metrics: ConnMetrics::new(&shared.metrics),
             shared,
             st,
             topo,
@@ -250,12 +270,14 @@ impl Client {
             && self.shared.l1.enabled()
             && args[0].eq_ignore_ascii_case(b"GET")
         {
+            self.metrics.command(self.shared.metrics.get_id());
             self.get(req);
             return Flow::Continue;
         }
         let mut lower = [0u8; 64];
         let lname: &[u8] = lowercase(&args[0], &mut lower).unwrap_or(b"");
         if let Some(cmd) = Local::lookup(lname) {
+            self.metrics.command(self.shared.metrics.local_id(cmd));
             if !self.st.authenticated && !cmd.allowed_unauthenticated() {
                 self.local_reply(|r| r.error("NOAUTH Authentication required."));
                 return Flow::Continue;
@@ -271,12 +293,15 @@ impl Client {
                 Outcome::Close => Flow::Close,
             };
         }
+        let shared = Arc::clone(&self.shared);
+        let found = shared.table.lookup(args);
+        self.metrics
+            .command(found.map_or(shared.metrics.unknown_id(), |i| i.id));
         if !self.st.authenticated {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;
         }
-        let shared = Arc::clone(&self.shared);
-        let Some(info) = shared.table.lookup(args) else {
+        let Some(info) = found else {
             // Unknown to upstream's table: let upstream word the error.
             self.forward(0, None, &req.raw);
             return Flow::Continue;
@@ -448,121 +473,9 @@ impl Client {
     }
 
     fn info(&mut self, req: &Request) {
-        let sections: Vec<Vec<u8>> = req.args[1..]
-            .iter()
-            .map(|a| a.to_ascii_lowercase())
-            .collect();
-        let proxy = sections.is_empty()
-            || sections
-                .iter()
-                .any(|s| matches!(&s[..], b"proxy" | b"all" | b"everything" | b"default"));
-        let only_proxy = !sections.is_empty() && sections.iter().all(|s| s == b"proxy");
-        let upstream = (!only_proxy).then(|| self.enqueue(0, &req.raw));
+        let (proxy, upstream) = crate::info::Sections::select(&req.args[1..]);
+        let upstream = upstream.then(|| self.enqueue(0, &req.raw));
         self.pending.push(Pending::Info { upstream, proxy });
-    }
-
-    fn proxy_section(&self) -> String {
-        let s = &self.shared;
-        let l1 = s.l1.stats();
-        let lookups = l1.hits + l1.misses;
-        format!(
-            "{}# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\n",
-            self.proxy_core(),
-            u8::from(s.l1.enabled()),
-            s.l1.config().max_bytes,
-            l1.bytes,
-            l1.entries,
-            l1.hits,
-            l1.misses,
-            if lookups == 0 { 0.0 } else { l1.hits as f64 / lookups as f64 },
-            l1.fills,
-            l1.fills_discarded,
-            l1.evictions,
-            l1.invalidations,
-        ) + &self.write_section()
-            + &self.coherence_section()
-    }
-
-    fn coherence_section(&self) -> String {
-        let up = &self.shared.upstream;
-        let (channels_up, masters) = up.channels_up();
-        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let mut out = format!(
-            "# Coherence\r\ntracking:{}\r\ntracking_channels_up:{}\r\ntracking_masters:{}\r\n",
-            up.coherence_mode().as_str(),
-            channels_up,
-            masters,
-        );
-        if let Some(st) = up.coherence_stats() {
-            out.push_str(&format!(
-                "invalidation_messages:{}\r\ninvalidated_keys:{}\r\ninvalidation_flushes:{}\r\ntracking_channel_losses:{}\r\n",
-                l(&st.messages),
-                l(&st.invalidated_keys),
-                l(&st.flushes),
-                l(&st.channel_losses),
-            ));
-        }
-        if let Some(p) = up.peer() {
-            out.push_str(&format!(
-                "peer_invalidation_channel:{}\r\npeer_channel_up:{}\r\npeer_messages_published:{}\r\npeer_messages_received:{}\r\n",
-                String::from_utf8_lossy(p.name()),
-                u8::from(p.is_up()),
-                l(&p.published),
-                l(&p.received),
-            ));
-        }
-        out
-    }
-
-    fn write_section(&self) -> String {
-        let s = &self.shared;
-        let wb = s.upstream.write_behind();
-        let st = &wb.stats;
-        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let flushed = l(&st.flushed);
-        let sizes: Vec<String> = st.batch_sizes.iter().map(|b| l(b).to_string()).collect();
-        format!(
-            "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
-            match s.config.write_mode {
-                WriteMode::WriteBehind => "write-behind",
-                WriteMode::WriteThrough => "write-through",
-            },
-            wb.depth(),
-            wb.config().queue_max,
-            wb.config().batch,
-            l(&st.queued),
-            flushed,
-            l(&st.failed),
-            l(&st.refused),
-            l(&st.batches),
-            sizes[0],
-            sizes[1],
-            sizes[2],
-            sizes[3],
-            sizes[4],
-            l(&st.retries),
-            l(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
-            l(&st.latency_us_max),
-        )
-    }
-
-    fn proxy_core(&self) -> String {
-        let s = &self.shared;
-        let info = s.upstream.server_info();
-        let relaxed = std::sync::atomic::Ordering::Relaxed;
-        format!(
-            "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nupstream_errors:{}\r\nuptime_in_seconds:{}\r\n",
-            env!("CARGO_PKG_VERSION"),
-            if info.cluster { "cluster" } else { "standalone" },
-            info.version,
-            self.topo.nodes().len(),
-            s.connected_clients(),
-            s.stats.connections_received.load(relaxed),
-            s.stats.rejected_connections.load(relaxed),
-            s.stats.commands.load(relaxed),
-            s.stats.upstream_errors.load(relaxed),
-            s.started.elapsed().as_secs(),
-        )
     }
 }
 
@@ -600,6 +513,7 @@ pub async fn serve<S>(
     parser.unauthenticated = !client.st.authenticated;
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut req = Request::default();
+    client.metrics.read();
     'conn: loop {
         let mut close = false;
         loop {
@@ -615,10 +529,16 @@ pub async fn serve<S>(
                         if write_out(&mut stream, &mut client.wbuf).await.is_err() {
                             break 'conn;
                         }
+                        client.metrics.written(&shared.metrics);
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    shared
+                        .stats
+                        .protocol_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    client.metrics.uncounted();
                     let msg = format!("ERR {e}");
                     client.local_reply(|r| r.error(&msg));
                     close = true;
@@ -627,7 +547,11 @@ pub async fn serve<S>(
             }
         }
         client.flush().await;
-        if write_out(&mut stream, &mut client.wbuf).await.is_err() || close {
+        let failed = write_out(&mut stream, &mut client.wbuf).await.is_err();
+        if !failed {
+            client.metrics.written(&shared.metrics);
+        }
+        if failed || close {
             break;
         }
         if rbuf.len() > query_limit {
@@ -644,7 +568,7 @@ pub async fn serve<S>(
             _ = shutdown.cancelled() => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(_) => client.metrics.read(),
             },
         }
     }

@@ -9,6 +9,11 @@
 //!   how each command is handled, local commands, and merging split replies.
 //! - [`flight`]: coalescing of concurrent L1 misses on one key.
 //! - [`state`]: what all connections share (upstream, table, L1, counters, clients).
+//! - [`metrics`]: per-command metrics kept off the hot path, and the
+//!   Prometheus exporter reading every counter at scrape time.
+//! - [`http`]: the `/metrics`, `/healthz`, `/readyz` endpoint.
+//! - [`info`]: the proxy's own INFO sections.
+//! - [`watch`]: once-a-second warnings (topology changes, retries, tracking loss).
 //!
 //! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
 //! the cache in `sidecache-l1`; what is cacheable and when it is invalidated
@@ -18,9 +23,13 @@ pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod flight;
+pub mod http;
+pub mod info;
+pub mod metrics;
 pub mod resp;
 pub mod server;
 pub mod state;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -62,7 +71,16 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     let value = Value::decode(&reply).map_err(|e| StartError::CommandTable(e.to_string()))?;
     let table =
         cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
-    tracing::info!(commands = table.len(), cluster = upstream.is_cluster(), version = %upstream.server_info().version, "upstream ready");
+    let topo = upstream.topology();
+    let masters: Vec<String> = topo.nodes().iter().map(|n| n.addr().to_string()).collect();
+    tracing::info!(
+        commands = table.len(),
+        mode = if upstream.is_cluster() { "cluster" } else { "standalone" },
+        version = %upstream.server_info().version,
+        masters = ?masters,
+        slots_uncovered = metrics::export::uncovered_slots(&topo),
+        "upstream ready"
+    );
     let shared = Arc::new(Shared::new(upstream, table, config));
     shared
         .upstream

@@ -1,9 +1,14 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
 //! SIGINT.
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use clap::Parser as _;
+use sidecache::config::LogFormat;
+use sidecache::metrics::export::Exporter;
 use sidecache::{Config, Listeners, Options};
+use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
     let options = Options::parse();
@@ -16,10 +21,17 @@ fn main() -> std::process::ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
+    match config.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_target(false)
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_target(false)
+            .init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -42,10 +54,45 @@ fn main() -> std::process::ExitCode {
 async fn start(config: Config) -> anyhow::Result<()> {
     tracing::info!(config = %config.redacted(), "starting");
     let listeners = Listeners::bind(&config).await.context("cannot listen")?;
-    let shared = sidecache::prepare(config)
-        .await
-        .context("cannot use upstream")?;
-    let report = sidecache::run(listeners, shared, shutdown_signal()).await;
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            stop.cancel();
+        }
+    });
+    let exporter = Arc::new(Exporter::new());
+    let http_stop = CancellationToken::new();
+    if let Some(addr) = config.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen: --metrics-listen {addr}"))?;
+        tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
+        tokio::spawn(sidecache::http::serve(
+            listener,
+            Arc::clone(&exporter),
+            http_stop.clone(),
+        ));
+    }
+    let wait_until = tokio::time::Instant::now() + config.upstream_wait;
+    let shared = loop {
+        match sidecache::prepare(config.clone()).await {
+            Ok(shared) => break shared,
+            Err(e) if tokio::time::Instant::now() < wait_until => {
+                exporter.waiting(&e.to_string());
+                tracing::warn!(error = %e, "upstream not usable yet; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("cannot use upstream")),
+        }
+    };
+    exporter.attach(&shared);
+    let report = sidecache::run(listeners, shared, stop.cancelled_owned()).await;
+    http_stop.cancel();
     if report.unflushed > 0 {
         anyhow::bail!(
             "{} acknowledged writes could not be flushed before the shutdown timeout",

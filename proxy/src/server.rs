@@ -122,6 +122,7 @@ pub async fn run(
         .map(|a| a.to_string())
         .unwrap_or_default();
     info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
+    let watch = tokio::spawn(crate::watch::run(Arc::clone(&shared), cancel.clone()));
 
     let tcp = {
         let (shared, cancel, tracker, slots) = (
@@ -199,7 +200,9 @@ pub async fn run(
     shutdown.await;
     let deadline = tokio::time::Instant::now() + shared.config.shutdown_timeout;
     info!("shutting down: no longer accepting");
+    shared.metrics.shutting_down.store(true, Ordering::Relaxed);
     cancel.cancel();
+    let _ = watch.await;
     let _ = tcp.await;
     if let Some(u) = unix {
         let _ = u.await;
@@ -213,8 +216,16 @@ pub async fn run(
     }
     let wb = shared.upstream.write_behind();
     let queued = wb.depth();
+    let flushed_before = wb.stats.flushed.load(Ordering::Relaxed);
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     let report = wb.drain(left).await;
+    let m = &shared.metrics;
+    m.shutdown_flushed.fetch_add(
+        report.flushed.saturating_sub(flushed_before),
+        Ordering::Relaxed,
+    );
+    m.shutdown_unflushed
+        .store(report.unflushed, Ordering::Relaxed);
     if report.unflushed == 0 {
         info!(
             queued_at_shutdown = queued,

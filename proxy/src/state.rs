@@ -11,6 +11,7 @@ use sidecache_l1::L1;
 use sidecache_pool::Upstream;
 
 use crate::flight::Flights;
+use crate::metrics::Metrics;
 
 use crate::cmd::table::CommandTable;
 use crate::config::Config;
@@ -26,6 +27,8 @@ pub struct Stats {
     pub commands: AtomicU64,
     /// Commands answered with an upstream error.
     pub upstream_errors: AtomicU64,
+    /// Requests that could not be parsed (the client is disconnected).
+    pub protocol_errors: AtomicU64,
 }
 
 /// What CLIENT LIST shows of a client; updated only on rare events.
@@ -83,6 +86,9 @@ pub struct Shared {
     pub l1: L1,
     /// L1 misses being fetched (coalescing).
     pub flights: Flights,
+    /// Per-command metrics and what only the proxy counts.
+    pub metrics: Metrics,
+    /// The invalidation channel's state.
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
 }
@@ -93,6 +99,7 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
+            metrics: Metrics::new(&table, config.metrics_listen.is_some()),
             upstream,
             table,
             config,
@@ -113,6 +120,47 @@ impl Shared {
     pub fn invalidate_all(&self) {
         self.l1.clear();
         self.flights.forget_all();
+    }
+
+    /// Each invalidation channel and whether it is up: one per master
+    /// (client tracking), or the one peer channel; empty when there is none.
+    pub fn tracking_shards(&self) -> Vec<(String, bool)> {
+        if let Some(p) = self.upstream.peer() {
+            let name = format!("peer:{}", String::from_utf8_lossy(p.name()));
+            return vec![(name, p.is_up())];
+        }
+        self.upstream
+            .topology()
+            .nodes()
+            .iter()
+            .filter_map(|n| Some((n.addr().to_string(), n.channel()?.is_up())))
+            .collect()
+    }
+
+    /// Invalidation messages received since start (client tracking pushes
+    /// or other sidecaches' peer messages).
+    pub fn invalidations_received(&self) -> u64 {
+        let tracked = self
+            .upstream
+            .coherence_stats()
+            .map_or(0, |s| s.messages.load(Ordering::Relaxed));
+        let peer = self
+            .upstream
+            .peer()
+            .map_or(0, |p| p.received.load(Ordering::Relaxed));
+        tracked + peer
+    }
+
+    /// `off` (no channel), `up` (every channel), `down` (none) or `partial`.
+    pub fn tracking_state(&self) -> &'static str {
+        let shards = self.tracking_shards();
+        let up = shards.iter().filter(|s| s.1).count();
+        match (shards.len(), up) {
+            (0, _) => "off",
+            (n, u) if n == u => "up",
+            (_, 0) => "down",
+            _ => "partial",
+        }
     }
 
     /// A fresh client id.

@@ -19,7 +19,7 @@ const BOUND: Duration = Duration::from_millis(500);
 
 async fn info(c: &mut MultiplexedConnection) -> String {
     redis::cmd("INFO")
-        .arg("proxy")
+        .arg(&["proxy", "l1", "writebehind", "coherence"])
         .query_async(c)
         .await
         .unwrap()
@@ -146,7 +146,7 @@ async fn other_writers_reach_the_l1_standalone() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    assert!(info(&mut cb).await.contains("tracking:tracking\r\n"));
+    assert!(info(&mut cb).await.contains("coherence_mode:tracking\r\n"));
     assert_eq!(info_field(&info(&mut cb).await, "tracking_channels_up"), 1);
 
     // A write through another sidecache: seen through B once flushed.
@@ -480,7 +480,7 @@ async fn tracking_off_leaves_the_ttl_cap() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &["--tracking", "off", "--l1-ttl-cap", "0.3"]).await;
     let mut c = proxy.conn().await;
-    assert!(info(&mut c).await.contains("tracking:off\r\n"));
+    assert!(info(&mut c).await.contains("coherence_mode:off\r\n"));
     let mut d = redis
         .client()
         .get_multiplexed_async_connection()
@@ -543,7 +543,7 @@ async fn upstream_refusing_tracking_falls_back_to_peers() {
     let mut cb = b.conn().await;
     let inf = info(&mut cb).await;
     assert!(
-        inf.contains("tracking:peer (upstream refused CLIENT TRACKING)\r\n"),
+        inf.contains("coherence_mode:peer (upstream refused CLIENT TRACKING)\r\n"),
         "{inf}"
     );
     assert_eq!(info_field(&inf, "peer_channel_up"), 1);
@@ -609,7 +609,7 @@ async fn upstream_refusing_tracking_without_peers_leaves_the_ttl_cap() {
     let mut c = proxy.conn().await;
     let inf = info(&mut c).await;
     assert!(
-        inf.contains("tracking:ttl-only (upstream refused CLIENT TRACKING)\r\n"),
+        inf.contains("coherence_mode:ttl-only (upstream refused CLIENT TRACKING)\r\n"),
         "{inf}"
     );
     // Still caches, and the cap bounds staleness.

@@ -38,7 +38,7 @@ async fn hits_do_not_reach_upstream() {
     );
     assert_eq!(upstream_calls(&redis, "mget").await, 0);
     let info: String = redis::cmd("INFO")
-        .arg("proxy")
+        .arg("l1")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -179,6 +179,7 @@ fn capacity_bounds_memory() {
             "--log-level",
             "warn",
         ])
+        .env("SIDECACHE_METRICS_LISTEN", "127.0.0.1:0")
         .spawn()
         .unwrap();
     let rss = |pid: u32| -> u64 {
@@ -234,7 +235,7 @@ fn capacity_bounds_memory() {
             }
         }
         let info: String = redis::cmd("INFO")
-            .arg("proxy")
+            .arg("l1")
             .query_async(&mut c)
             .await
             .unwrap();

@@ -473,6 +473,7 @@ fn unreachable_upstream_fails_fast_with_one_line() {
             "--log-level",
             "error",
         ])
+        .env("SIDECACHE_METRICS_LISTEN", "127.0.0.1:0")
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -451,6 +451,7 @@ impl ProxyProcess {
                 "--log-level",
                 "warn",
             ])
+            .env("SIDECACHE_METRICS_LISTEN", "127.0.0.1:0")
             .args(extra)
             .spawn()
             .expect("start sidecache");

@@ -195,7 +195,7 @@ fn redis_benchmark_load_then_sigterm() {
         .unwrap();
     assert!(out.status.success());
     let info = std::process::Command::new("redis-cli")
-        .args(["-p", &proxy.port.to_string(), "info", "proxy"])
+        .args(["-p", &proxy.port.to_string(), "info", "writebehind"])
         .output()
         .unwrap();
     let queued = info_field(&String::from_utf8_lossy(&info.stdout), "writes_queued");
@@ -375,8 +375,9 @@ async fn full_queue_pushes_back_and_memory_stays_bounded() {
     assert_eq!(ok + refused, 1000, "{text}");
     assert!((400..=500).contains(&ok), "acknowledged {ok}");
     assert!(refused >= 500, "refused {refused}");
-    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
-        .into_owned();
+    let info =
+        String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO writebehind\r\n", 1).await)
+            .into_owned();
     assert!(info_field(&info, "write_queue_depth") <= 500);
     assert!(info_field(&info, "writes_refused") >= 500);
     redis.signal("CONT");
@@ -403,7 +404,7 @@ async fn write_through_acknowledges_after_upstream() {
         assert_eq!(v, i, "acknowledged before upstream had it");
     }
     let info: String = redis::cmd("INFO")
-        .arg("proxy")
+        .arg("writebehind")
         .query_async(&mut c)
         .await
         .unwrap();

@@ -103,6 +103,9 @@ pub struct CommandInfo {
     pub invalidation: Invalidation,
     /// Whether it may be acknowledged from memory (write-behind).
     pub write_behind: bool,
+    /// Index of the top-level command in [`CommandTable::names`] (shared by
+    /// its subcommands): per-command metrics are an array indexed by it.
+    pub id: u16,
 }
 
 /// Why keys could not be extracted.
@@ -288,6 +291,7 @@ impl CommandInfo {
 #[derive(Debug, Default)]
 pub struct CommandTable {
     commands: HashMap<Vec<u8>, Arc<CommandInfo>>,
+    names: Vec<String>,
 }
 
 /// Longest command name looked up (longer names are unknown commands).
@@ -301,15 +305,25 @@ impl CommandTable {
     pub fn from_command_reply(reply: Value) -> Result<CommandTable, String> {
         let items = reply.into_items().ok_or("COMMAND reply is not an array")?;
         let mut commands = HashMap::with_capacity(items.len());
+        let mut names = Vec::with_capacity(items.len());
         for item in items {
-            if let Some(info) = parse_entry(item, None) {
+            let Ok(id) = u16::try_from(names.len()) else {
+                break;
+            };
+            if let Some(info) = parse_entry(item, None, id) {
+                names.push(info.name.clone());
                 commands.insert(info.name.as_bytes().to_vec(), Arc::new(info));
             }
         }
         if commands.is_empty() {
             return Err("COMMAND reply lists no commands".into());
         }
-        Ok(CommandTable { commands })
+        Ok(CommandTable { commands, names })
+    }
+
+    /// Top-level command names, indexed by [`CommandInfo::id`].
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Number of top-level commands.
@@ -422,7 +436,7 @@ fn parse_spec(v: Value) -> KeySpec {
     }
 }
 
-fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
+fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo> {
     let mut items = v.into_items()?.into_iter();
     let name = String::from_utf8_lossy(items.next()?.as_bytes()?).to_ascii_lowercase();
     let arity = items.next()?.as_int()?;
@@ -451,7 +465,7 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
         .collect();
     let mut subcommands = HashMap::new();
     for sub in items.next().and_then(Value::into_items).unwrap_or_default() {
-        if let Some(s) = parse_entry(sub, Some(&name)) {
+        if let Some(s) = parse_entry(sub, Some(&name), id) {
             let short = s
                 .name
                 .rsplit('|')
@@ -476,6 +490,7 @@ fn parse_entry(v: Value, container: Option<&str>) -> Option<CommandInfo> {
         handling,
         invalidation: Invalidation::None,
         write_behind,
+        id,
     };
     let spec_writes = info.specs.iter().any(|s| s.writes);
     info.invalidation = handling::invalidation(&info.name, info.writes_keys(), spec_writes);

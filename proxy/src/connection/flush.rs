@@ -45,10 +45,18 @@ impl Client {
             // across them.
             let limit = self.shared.upstream.write_behind().config().queue_timeout;
             let mut late = false;
+            let mut waited = false;
             for barrier in node.write_barriers() {
+                waited = true;
                 if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
                     late = true;
                     break;
+                }
+            }
+            if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
+                c.commands.fetch_add(count as u64, Ordering::Relaxed);
+                if waited {
+                    c.write_waits.fetch_add(1, Ordering::Relaxed);
                 }
             }
             if late {
@@ -74,6 +82,13 @@ impl Client {
                 b.result = Some(rx.await.unwrap_or(Err(sidecache_pool::Error::Closed)));
             }
         }
+        for i in 0..self.builders.len() {
+            if let Some(Err(_)) = self.builders[i].result {
+                if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
+                    c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
         let mut pending = std::mem::take(&mut self.pending);
         // Publish pass.
         for p in pending.iter_mut() {
@@ -93,6 +108,8 @@ impl Client {
         let mut errors = 0u64;
         let proto = self.st.proto;
         for p in pending.drain(..) {
+            let path = p.path();
+            let mark = self.wbuf.len();
             match p {
                 Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
                 Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
@@ -117,16 +134,18 @@ impl Client {
                     if let Some(e) = failed {
                         errors += 1;
                         self.wbuf.put_slice(&e);
-                        continue;
-                    }
-                    put_header(&mut self.wbuf, b'*', items.len() as i64);
-                    for i in items {
-                        match i {
-                            MgetItem::Hit(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
-                            MgetItem::Fetch(f) => match &f.result {
-                                Some(Fetched::Error(_)) => write_value(&mut self.wbuf, proto, None),
-                                r => write_fetched(&mut self.wbuf, proto, r.as_ref()),
-                            },
+                    } else {
+                        put_header(&mut self.wbuf, b'*', items.len() as i64);
+                        for i in items {
+                            match i {
+                                MgetItem::Hit(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
+                                MgetItem::Fetch(f) => match &f.result {
+                                    Some(Fetched::Error(_)) => {
+                                        write_value(&mut self.wbuf, proto, None)
+                                    }
+                                    r => write_fetched(&mut self.wbuf, proto, r.as_ref()),
+                                },
+                            }
                         }
                     }
                 }
@@ -207,13 +226,10 @@ impl Client {
                     match body {
                         Err(e) => upstream_error(&mut self.wbuf, &e),
                         Ok(body) => {
-                            let mut text = if proxy {
-                                self.proxy_section().into_bytes()
-                            } else {
-                                Vec::new()
-                            };
+                            let mut text =
+                                crate::info::render(&self.shared, &self.topo, proxy).into_bytes();
                             if let Some(b) = body {
-                                if proxy && !b.is_empty() {
+                                if !proxy.is_empty() && !b.is_empty() {
                                     text.extend_from_slice(b"\r\n");
                                 }
                                 text.extend_from_slice(&b);
@@ -227,7 +243,11 @@ impl Client {
                     }
                 }
             }
+            if let Some(path) = path {
+                self.metrics.replied(path, &self.wbuf[mark..]);
+            }
         }
+        self.metrics.resolved();
         self.pending = pending;
         self.scratch.clear();
         for b in self.builders.iter_mut() {
@@ -256,6 +276,7 @@ impl Client {
         let result = match got {
             Err(e) => Fetched::Error(error_frame(&e)),
             Ok(frame) if resp::error_text(&frame).is_some() && self.topo.is_cluster() => {
+                self.shared.metrics.note_redirect(&frame);
                 // A redirect (or another error): follow it for the GET alone
                 // and do not fill; the next read will.
                 let mut cmd = BytesMut::new();
@@ -327,6 +348,7 @@ impl Client {
         if !self.topo.is_cluster() || resp::error_text(&frame).is_none() || cmd.is_empty() {
             return Ok(frame);
         }
+        self.shared.metrics.note_redirect(&frame);
         self.shared
             .upstream
             .follow(self.session(), self.hint(), slot, cmd, frame)

@@ -1,0 +1,223 @@
+//! The proxy's own `INFO` sections, shaped as Redis shapes them
+//! (`# Section` then `field:value` lines): `# Proxy` with the headline
+//! figures (is the cache helping, is it safe), `# L1`, `# Write-behind`
+//! and `# Coherence` with the detail. Upstream's own sections follow them
+//! in `INFO`.
+//!
+//! Section names: `proxy`, `l1`, `writebehind` (or `write-behind`),
+//! `coherence`; `INFO`, `INFO default`, `INFO all` and `INFO everything`
+//! include all four.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use sidecache_pool::topology::Topology;
+
+use crate::config::WriteMode;
+use crate::metrics::export::uncovered_slots;
+use crate::state::Shared;
+
+/// Which of the proxy's sections to render.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sections(u8);
+
+impl Sections {
+    const PROXY: u8 = 1;
+    const L1: u8 = 2;
+    const WRITE: u8 = 4;
+    const COHERENCE: u8 = 8;
+    const ALL: u8 = 15;
+
+    /// From INFO's arguments: our sections, and whether upstream must be
+    /// asked too (some requested section is not ours).
+    pub fn select(args: &[Bytes]) -> (Sections, bool) {
+        if args.is_empty() {
+            return (Sections(Self::ALL), true);
+        }
+        let mut ours = 0;
+        let mut upstream = false;
+        for a in args {
+            match &a.to_ascii_lowercase()[..] {
+                b"proxy" => ours |= Self::PROXY,
+                b"l1" => ours |= Self::L1,
+                b"writebehind" | b"write-behind" => ours |= Self::WRITE,
+                b"coherence" => ours |= Self::COHERENCE,
+                b"all" | b"everything" | b"default" => {
+                    ours = Self::ALL;
+                    upstream = true;
+                }
+                _ => upstream = true,
+            }
+        }
+        (Sections(ours), upstream)
+    }
+
+    /// Whether no section of ours is wanted.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The requested sections' text (CRLF line ends, as Redis).
+pub fn render(s: &Shared, topo: &Topology, which: Sections) -> String {
+    let mut out = String::new();
+    if which.0 & Sections::PROXY != 0 {
+        out += &proxy(s, topo);
+    }
+    if which.0 & Sections::L1 != 0 {
+        out += &l1(s);
+    }
+    if which.0 & Sections::WRITE != 0 {
+        out += &write_behind(s);
+    }
+    if which.0 & Sections::COHERENCE != 0 {
+        out += &coherence(s);
+    }
+    out
+}
+
+fn coherence(s: &Shared) -> String {
+    let up = &s.upstream;
+    let (channels_up, masters) = up.channels_up();
+    let mut out = format!(
+        "# Coherence\r\ntracking_channels_up:{}\r\ntracking_masters:{}\r\nl1_ttl_cap_seconds:{}\r\n",
+        channels_up,
+        masters,
+        s.l1.config().ttl_cap.as_secs_f64(),
+    );
+    if let Some(st) = up.coherence_stats() {
+        out.push_str(&format!(
+            "invalidation_messages:{}\r\ninvalidated_keys:{}\r\ninvalidation_flushes:{}\r\ntracking_channel_losses:{}\r\n",
+            load(&st.messages),
+            load(&st.invalidated_keys),
+            load(&st.flushes),
+            load(&st.channel_losses),
+        ));
+    }
+    if let Some(p) = up.peer() {
+        out.push_str(&format!(
+            "peer_invalidation_channel:{}\r\npeer_channel_up:{}\r\npeer_messages_published:{}\r\npeer_messages_received:{}\r\n",
+            String::from_utf8_lossy(p.name()),
+            u8::from(p.is_up()),
+            load(&p.published),
+            load(&p.received),
+        ));
+    }
+    out
+}
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+fn hit_ratio(s: &Shared) -> f64 {
+    let l1 = s.l1.stats();
+    let lookups = l1.hits + l1.misses;
+    if lookups == 0 {
+        0.0
+    } else {
+        l1.hits as f64 / lookups as f64
+    }
+}
+
+fn proxy(s: &Shared, topo: &Topology) -> String {
+    let info = s.upstream.server_info();
+    let wb = s.upstream.write_behind();
+    let tracking = s.tracking_shards();
+    format!(
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ntracking_masters_up:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nuptime_in_seconds:{}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        if info.cluster { "cluster" } else { "standalone" },
+        info.version,
+        topo.nodes().len(),
+        uncovered_slots(topo),
+        hit_ratio(s),
+        wb.depth(),
+        load(&wb.stats.failed),
+        s.tracking_state(),
+        s.upstream.coherence_mode().as_str(),
+        tracking.iter().filter(|t| t.1).count(),
+        s.invalidations_received(),
+        s.connected_clients(),
+        load(&s.stats.connections_received),
+        load(&s.stats.rejected_connections),
+        load(&s.stats.commands),
+        load(&s.stats.protocol_errors),
+        load(&s.stats.upstream_errors),
+        s.started.elapsed().as_secs(),
+    )
+}
+
+fn l1(s: &Shared) -> String {
+    let l1 = s.l1.stats();
+    format!(
+        "# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\n",
+        u8::from(s.l1.enabled()),
+        s.l1.config().max_bytes,
+        l1.bytes,
+        l1.entries,
+        l1.hits,
+        l1.misses,
+        hit_ratio(s),
+        l1.fills,
+        l1.fills_discarded,
+        l1.evictions,
+        l1.invalidations,
+    )
+}
+
+fn write_behind(s: &Shared) -> String {
+    let wb = s.upstream.write_behind();
+    let st = &wb.stats;
+    let flushed = load(&st.flushed);
+    let sizes: Vec<String> = st.batch_sizes.iter().map(|b| load(b).to_string()).collect();
+    format!(
+        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
+        match s.config.write_mode {
+            WriteMode::WriteBehind => "write-behind",
+            WriteMode::WriteThrough => "write-through",
+        },
+        wb.depth(),
+        wb.config().queue_max,
+        wb.config().batch,
+        load(&st.queued),
+        flushed,
+        load(&st.failed),
+        load(&st.refused),
+        load(&st.batches),
+        sizes[0],
+        sizes[1],
+        sizes[2],
+        sizes[3],
+        sizes[4],
+        load(&st.retries),
+        load(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
+        load(&st.latency_us_max),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sel(args: &[&str]) -> (Sections, bool) {
+        let args: Vec<Bytes> = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        Sections::select(&args)
+    }
+
+    #[test]
+    fn section_selection() {
+        assert_eq!(sel(&[]), (Sections(Sections::ALL), true));
+        assert_eq!(sel(&["PROXY"]), (Sections(Sections::PROXY), false));
+        assert_eq!(
+            sel(&["l1", "write-behind"]),
+            (Sections(Sections::L1 | Sections::WRITE), false)
+        );
+        assert_eq!(sel(&["server"]), (Sections(0), true));
+        assert_eq!(sel(&["proxy", "server"]), (Sections(Sections::PROXY), true));
+        assert_eq!(sel(&["everything"]), (Sections(Sections::ALL), true));
+    }
+}

@@ -1,0 +1,679 @@
+//! The Prometheus side: one collector that reads every counter at scrape
+//! time (the proxy's, the L1's, the pool's write-behind stats, the
+//! topology) and builds the metric families; and readiness.
+//!
+//! Nothing here runs per command. A scrape takes the client-registry lock
+//! once (connected clients), the shard map lock once, and walks the slot
+//! map once in cluster mode.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{Encoder as _, Registry, TextEncoder};
+use sidecache_pool::topology::Topology;
+use sidecache_pool::{slot::SLOT_COUNT, Slot};
+
+use super::{Path, LATENCY_BOUNDS_NS};
+use crate::state::Shared;
+
+/// Kinds of metric families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Buckets, count and sum.
+    Histogram,
+    /// Count and sum (no quantiles).
+    Summary,
+}
+
+/// One exported family: name, kind, label names, help.
+#[derive(Debug)]
+pub struct Family {
+    /// Full name.
+    pub name: &'static str,
+    /// Type.
+    pub kind: Kind,
+    /// Label names (bounded values only: never keys or client addresses).
+    pub labels: &'static [&'static str],
+    /// Help text.
+    pub help: &'static str,
+}
+
+const fn fam(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Family {
+    Family {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+use Kind::{Counter as C, Gauge as G, Histogram as H, Summary as S};
+
+/// Every metric sidecache exports, once. `shard` is a master's `host:port`.
+pub const FAMILIES: &[Family] = &[
+    // Process and clients.
+    fam("sidecache_build_info", G, &["version"], "Always 1; the sidecache version as a label."),
+    fam("sidecache_start_time_seconds", G, &[], "Start time of the process, seconds since the Unix epoch."),
+    fam("sidecache_ready", G, &[], "1 when /readyz answers 200 (upstream known, every slot served, not shutting down)."),
+    fam("sidecache_connected_clients", G, &[], "Client connections open now."),
+    fam("sidecache_connections_received_total", C, &[], "Client connections accepted."),
+    fam("sidecache_connections_rejected_total", C, &[], "Client connections refused by --maxclients."),
+    fam("sidecache_protocol_errors_total", C, &[], "Client requests that could not be parsed (the client is disconnected)."),
+    fam("sidecache_commands_total", C, &["command", "outcome"], "Commands by name (subcommands count under their command; unknown: not in the upstream command table) and outcome (ok, or error: an error reply)."),
+    fam("sidecache_command_duration_seconds", H, &["path"], "Latency as clients see it, from reading a request to writing its reply, by path: l1_hit, upstream (upstream took part), local (answered by the proxy)."),
+    // L1.
+    fam("sidecache_l1_hits_total", C, &[], "L1 lookups answered from memory."),
+    fam("sidecache_l1_misses_total", C, &[], "L1 lookups that went upstream."),
+    fam("sidecache_l1_fills_total", C, &[], "Entries inserted from an upstream fetch."),
+    fam("sidecache_l1_fills_discarded_total", C, &[], "Fetched values not cached because a write or invalidation raced them."),
+    fam("sidecache_l1_evictions_total", C, &[], "Entries evicted for capacity."),
+    fam("sidecache_l1_invalidations_total", C, &[], "Keys dropped from the L1 by writes."),
+    fam("sidecache_l1_writes_total", C, &[], "Values cached from the proxy's own writes (write-behind)."),
+    fam("sidecache_l1_entries", G, &[], "Entries held."),
+    fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),
+    fam("sidecache_l1_max_bytes", G, &[], "L1 capacity in bytes (0: L1 off)."),
+    // Write-behind.
+    fam("sidecache_write_queue_depth", G, &[], "Acknowledged writes queued and not yet flushed or failed: what a hard crash would lose."),
+    fam("sidecache_write_queue_max", G, &[], "Most writes the queue holds (--write-queue-max)."),
+    fam("sidecache_writes_queued_total", C, &[], "Writes acknowledged from memory and queued."),
+    fam("sidecache_writes_flushed_total", C, &[], "Queued writes acknowledged by upstream."),
+    fam("sidecache_writes_failed_total", C, &[], "Queued writes upstream refused for good (their keys are dropped from the L1)."),
+    fam("sidecache_writes_refused_total", C, &[], "Writes refused because the queue stayed full for --write-queue-timeout."),
+    fam("sidecache_write_retries_total", C, &[], "Write-behind re-sends after connection loss, redirects or retryable errors."),
+    fam("sidecache_write_batch_size", H, &[], "Writes per upstream pipeline (count: batches; sum: writes settled, which lags the batches in flight)."),
+    fam("sidecache_write_flush_duration_seconds", S, &[], "Time from acknowledging a write to upstream settling it (sum and count)."),
+    fam("sidecache_write_flush_duration_max_seconds", G, &[], "Longest time from acknowledgement to settlement since start."),
+    fam("sidecache_shutdown_writes_flushed_total", C, &[], "Writes flushed by the shutdown drain."),
+    fam("sidecache_shutdown_writes_unflushed", G, &[], "Writes still queued when the shutdown drain gave up."),
+    // Invalidation channel.
+    fam("sidecache_coherence_mode", G, &["mode"], "1 for the coherence mode in force (tracking, peer, ttl-only, off), 0 for the others."),
+    fam("sidecache_tracking_up", G, &["shard"], "1 while the invalidation channel is up: one per master (client tracking), or peer:CHANNEL (peer fallback)."),
+    fam("sidecache_invalidations_received_total", C, &[], "Invalidation messages received (client-tracking pushes, or other sidecaches' peer messages)."),
+    fam("sidecache_invalidated_keys_total", C, &[], "Keys named by client-tracking invalidation messages."),
+    fam("sidecache_tracking_channel_losses_total", C, &[], "Invalidation channels lost (connection broken or heartbeat unanswered); each clears that master's part of the L1."),
+    // Upstream.
+    fam("sidecache_upstream_info", G, &["mode", "version"], "Always 1; the upstream mode (standalone or cluster) and server version."),
+    fam("sidecache_upstream_masters", G, &[], "Masters in the current topology."),
+    fam("sidecache_cluster_slots_uncovered", G, &[], "Hash slots no master serves (cluster; readiness fails while above 0)."),
+    fam("sidecache_topology_changes_total", C, &[], "Changes of the set of masters seen after start."),
+    fam("sidecache_upstream_commands_total", C, &["shard"], "Commands client connections sent to the master."),
+    fam("sidecache_upstream_pipeline_failures_total", C, &["shard"], "Client pipelines to the master that failed (connect, connection lost, queued writes not flushed in time)."),
+    fam("sidecache_upstream_write_waits_total", C, &["shard"], "Client pipelines that waited for the master's queued writes first (per-key order)."),
+    fam("sidecache_upstream_pool_connections", G, &["shard"], "Multiplexed connections per database and protocol in use to the master (--pool-size)."),
+    fam("sidecache_upstream_errors_total", C, &[], "Commands answered with an upstream failure (not Redis's own error replies)."),
+    fam("sidecache_upstream_redirects_total", C, &["kind"], "MOVED and ASK replies followed for client commands."),
+];
+
+/// State the exporter and readiness read; filled in as start-up proceeds.
+#[derive(Debug)]
+struct Cell {
+    shared: OnceLock<Weak<Shared>>,
+    waiting: Mutex<Option<String>>,
+    started: f64,
+}
+
+impl Cell {
+    fn shared(&self) -> Option<Arc<Shared>> {
+        self.shared.get().and_then(Weak::upgrade)
+    }
+}
+
+/// The registry behind `/metrics` and the answer of `/readyz`.
+pub struct Exporter {
+    cell: Arc<Cell>,
+    registry: Registry,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("cell", &self.cell)
+            .finish()
+    }
+}
+
+impl Default for Exporter {
+    fn default() -> Self {
+        Exporter::new()
+    }
+}
+
+impl Exporter {
+    /// An exporter with no upstream yet (`/readyz` answers 503).
+    pub fn new() -> Exporter {
+        let cell = Arc::new(Cell {
+            shared: OnceLock::new(),
+            waiting: Mutex::new(None),
+            started: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        });
+        let descs = FAMILIES
+            .iter()
+            .map(|f| {
+                Desc::new(
+                    f.name.into(),
+                    f.help.into(),
+                    f.labels.iter().map(|l| (*l).to_owned()).collect(),
+                    Default::default(),
+                )
+                .expect("invariant: the metric table holds valid names")
+            })
+            .collect();
+        let registry = Registry::new();
+        registry
+            .register(Box::new(Collect {
+                cell: Arc::clone(&cell),
+                descs,
+            }))
+            .expect("invariant: one collector, unique names");
+        Exporter { cell, registry }
+    }
+
+    /// The proxy is up: metrics and readiness read `shared` from now on.
+    pub fn attach(&self, shared: &Arc<Shared>) {
+        let _ = self.cell.shared.set(Arc::downgrade(shared));
+    }
+
+    /// Start-up is still waiting for the upstream; `why` is the last error.
+    pub fn waiting(&self, why: &str) {
+        *self.cell.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_owned());
+    }
+
+    /// The registry (to add collectors of one's own).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// `/metrics` in the Prometheus text format.
+    ///
+    /// # Errors
+    /// The encoder's error (only for malformed families, a bug).
+    pub fn encode(&self) -> Result<String, prometheus::Error> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// `Ok` when ready to serve; otherwise a one-line reason.
+    pub fn readiness(&self) -> Result<(), String> {
+        readiness(&self.cell)
+    }
+}
+
+fn readiness(cell: &Cell) -> Result<(), String> {
+    let Some(shared) = cell.shared() else {
+        let waiting = cell.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        return Err(match &*waiting {
+            Some(e) => format!("upstream not reached yet: {}", one_line(e)),
+            None => "upstream not reached yet".into(),
+        });
+    };
+    if shared.metrics.shutting_down.load(Ordering::Relaxed) {
+        return Err("shutting down".into());
+    }
+    let topo = shared.upstream.topology();
+    decide(topo.nodes().len(), uncovered_slots(&topo)).inspect_err(|_| {
+        // A fresh slot map may already cover them (rate-limited upstream).
+        shared.upstream.request_refresh();
+    })
+}
+
+/// Readiness from the topology's figures (pure: tested without sockets).
+fn decide(masters: usize, uncovered: usize) -> Result<(), String> {
+    if masters == 0 {
+        return Err("upstream topology not known yet".into());
+    }
+    if uncovered > 0 {
+        return Err(format!(
+            "{uncovered} of {SLOT_COUNT} hash slots are served by no master"
+        ));
+    }
+    Ok(())
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\r', '\n'], " ")
+}
+
+/// Hash slots no master serves (0 for a standalone upstream).
+pub fn uncovered_slots(topo: &Topology) -> usize {
+    if !topo.is_cluster() {
+        return if topo.nodes().is_empty() {
+            usize::from(SLOT_COUNT)
+        } else {
+            0
+        };
+    }
+    (0..SLOT_COUNT)
+        .filter_map(Slot::new)
+        .filter(|s| topo.node_index(*s).is_err())
+        .count()
+}
+
+struct Collect {
+    cell: Arc<Cell>,
+    descs: Vec<Desc>,
+}
+
+/// Families being built for one scrape, by name.
+#[derive(Default)]
+struct Out {
+    fams: BTreeMap<&'static str, MetricFamily>,
+}
+
+impl Out {
+    fn push(&mut self, name: &'static str, labels: &[(&str, &str)], m: proto::Metric) {
+        let Some(f) = FAMILIES.iter().find(|f| f.name == name) else {
+            debug_assert!(false, "{name} is not in FAMILIES");
+            return;
+        };
+        debug_assert_eq!(f.labels.len(), labels.len(), "{name}");
+        let fam = self.fams.entry(f.name).or_insert_with(|| {
+            let mut fam = MetricFamily::default();
+            fam.set_name(f.name.into());
+            fam.set_help(f.help.into());
+            fam.set_field_type(match f.kind {
+                Kind::Counter => MetricType::COUNTER,
+                Kind::Gauge => MetricType::GAUGE,
+                Kind::Histogram => MetricType::HISTOGRAM,
+                Kind::Summary => MetricType::SUMMARY,
+            });
+            fam
+        });
+        let mut m = m;
+        m.set_label(
+            labels
+                .iter()
+                .map(|(k, v)| {
+                    let mut l = proto::LabelPair::default();
+                    l.set_name((*k).into());
+                    l.set_value((*v).into());
+                    l
+                })
+                .collect(),
+        );
+        fam.mut_metric().push(m);
+    }
+
+    fn counter(&mut self, name: &'static str, labels: &[(&str, &str)], v: u64) {
+        let mut c = proto::Counter::default();
+        c.set_value(v as f64);
+        let mut m = proto::Metric::default();
+        m.set_counter(c);
+        self.push(name, labels, m);
+    }
+
+    fn gauge(&mut self, name: &'static str, labels: &[(&str, &str)], v: f64) {
+        let mut g = proto::Gauge::default();
+        g.set_value(v);
+        self.push(name, labels, proto::Metric::from_gauge(g));
+    }
+
+    fn histogram(
+        &mut self,
+        name: &'static str,
+        labels: &[(&str, &str)],
+        buckets: impl Iterator<Item = (f64, u64)>,
+        count: u64,
+        sum: f64,
+    ) {
+        let mut h = proto::Histogram::default();
+        h.set_bucket(
+            buckets
+                .map(|(le, n)| {
+                    let mut b = proto::Bucket::default();
+                    b.set_upper_bound(le);
+                    b.set_cumulative_count(n);
+                    b
+                })
+                .collect(),
+        );
+        h.set_sample_count(count);
+        h.set_sample_sum(sum);
+        let mut m = proto::Metric::default();
+        m.set_histogram(h);
+        self.push(name, labels, m);
+    }
+
+    fn summary(&mut self, name: &'static str, count: u64, sum: f64) {
+        let mut s = proto::Summary::default();
+        s.set_sample_count(count);
+        s.set_sample_sum(sum);
+        let mut m = proto::Metric::default();
+        m.set_summary(s);
+        self.push(name, &[], m);
+    }
+}
+
+impl Collector for Collect {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut o = Out::default();
+        o.gauge(
+            "sidecache_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+            1.0,
+        );
+        o.gauge("sidecache_start_time_seconds", &[], self.cell.started);
+        let ready = readiness(&self.cell).is_ok();
+        o.gauge("sidecache_ready", &[], if ready { 1.0 } else { 0.0 });
+        if let Some(shared) = self.cell.shared() {
+            collect_shared(&shared, &mut o);
+        }
+        o.fams.into_values().collect()
+    }
+}
+
+fn collect_shared(s: &Shared, o: &mut Out) {
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    // Clients and commands.
+    o.gauge(
+        "sidecache_connected_clients",
+        &[],
+        s.connected_clients() as f64,
+    );
+    o.counter(
+        "sidecache_connections_received_total",
+        &[],
+        l(&s.stats.connections_received),
+    );
+    o.counter(
+        "sidecache_connections_rejected_total",
+        &[],
+        l(&s.stats.rejected_connections),
+    );
+    o.counter(
+        "sidecache_protocol_errors_total",
+        &[],
+        l(&s.stats.protocol_errors),
+    );
+    let m = &s.metrics;
+    for (name, err, n) in m.commands() {
+        let outcome = if err { "error" } else { "ok" };
+        o.counter(
+            "sidecache_commands_total",
+            &[("command", name), ("outcome", outcome)],
+            n,
+        );
+    }
+    if m.enabled() {
+        for p in Path::ALL {
+            let h = m.latency(p).snapshot();
+            o.histogram(
+                "sidecache_command_duration_seconds",
+                &[("path", p.label())],
+                LATENCY_BOUNDS_NS
+                    .iter()
+                    .map(|b| *b as f64 / 1e9)
+                    .zip(h.cumulative),
+                h.count,
+                h.sum_ns as f64 / 1e9,
+            );
+        }
+    }
+    // L1.
+    let st = s.l1.stats();
+    o.counter("sidecache_l1_hits_total", &[], st.hits);
+    o.counter("sidecache_l1_misses_total", &[], st.misses);
+    o.counter("sidecache_l1_fills_total", &[], st.fills);
+    o.counter(
+        "sidecache_l1_fills_discarded_total",
+        &[],
+        st.fills_discarded,
+    );
+    o.counter("sidecache_l1_evictions_total", &[], st.evictions);
+    o.counter("sidecache_l1_invalidations_total", &[], st.invalidations);
+    o.counter("sidecache_l1_writes_total", &[], st.writes);
+    o.gauge("sidecache_l1_entries", &[], st.entries as f64);
+    o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
+    o.gauge(
+        "sidecache_l1_max_bytes",
+        &[],
+        s.l1.config().max_bytes as f64,
+    );
+    // Write-behind.
+    let wb = s.upstream.write_behind();
+    let ws = &wb.stats;
+    o.gauge("sidecache_write_queue_depth", &[], wb.depth() as f64);
+    o.gauge(
+        "sidecache_write_queue_max",
+        &[],
+        wb.config().queue_max as f64,
+    );
+    o.counter("sidecache_writes_queued_total", &[], l(&ws.queued));
+    let (flushed, failed) = (l(&ws.flushed), l(&ws.failed));
+    o.counter("sidecache_writes_flushed_total", &[], flushed);
+    o.counter("sidecache_writes_failed_total", &[], failed);
+    o.counter("sidecache_writes_refused_total", &[], l(&ws.refused));
+    o.counter("sidecache_write_retries_total", &[], l(&ws.retries));
+    // The pool's buckets: 1, 2–10, 11–50, 51–199, 200+.
+    let mut acc = 0;
+    let sizes: Vec<(f64, u64)> = [1.0, 10.0, 50.0, 199.0]
+        .into_iter()
+        .zip(&ws.batch_sizes)
+        .map(|(le, n)| {
+            acc += l(n);
+            (le, acc)
+        })
+        .collect();
+    o.histogram(
+        "sidecache_write_batch_size",
+        &[],
+        sizes.into_iter(),
+        l(&ws.batches),
+        (flushed + failed) as f64,
+    );
+    o.summary(
+        "sidecache_write_flush_duration_seconds",
+        flushed + failed,
+        l(&ws.latency_us_sum) as f64 / 1e6,
+    );
+    o.gauge(
+        "sidecache_write_flush_duration_max_seconds",
+        &[],
+        l(&ws.latency_us_max) as f64 / 1e6,
+    );
+    o.counter(
+        "sidecache_shutdown_writes_flushed_total",
+        &[],
+        l(&m.shutdown_flushed),
+    );
+    o.gauge(
+        "sidecache_shutdown_writes_unflushed",
+        &[],
+        l(&m.shutdown_unflushed) as f64,
+    );
+    // Invalidation channel.
+    for (shard, up) in s.tracking_shards() {
+        o.gauge(
+            "sidecache_tracking_up",
+            &[("shard", &shard)],
+            if up { 1.0 } else { 0.0 },
+        );
+    }
+    o.counter(
+        "sidecache_invalidations_received_total",
+        &[],
+        s.invalidations_received(),
+    );
+    let mode = s.upstream.coherence_mode();
+    for (name, m) in [
+        (
+            "tracking",
+            sidecache_pool::tracking::CoherenceMode::Tracking,
+        ),
+        ("peer", sidecache_pool::tracking::CoherenceMode::Peer),
+        (
+            "ttl-only",
+            sidecache_pool::tracking::CoherenceMode::Unsupported,
+        ),
+        ("off", sidecache_pool::tracking::CoherenceMode::Off),
+    ] {
+        o.gauge(
+            "sidecache_coherence_mode",
+            &[("mode", name)],
+            if mode == m { 1.0 } else { 0.0 },
+        );
+    }
+    let cs = s.upstream.coherence_stats();
+    o.counter(
+        "sidecache_invalidated_keys_total",
+        &[],
+        cs.map_or(0, |c| l(&c.invalidated_keys)),
+    );
+    o.counter(
+        "sidecache_tracking_channel_losses_total",
+        &[],
+        cs.map_or(0, |c| l(&c.channel_losses)),
+    );
+    // Upstream.
+    let info = s.upstream.server_info();
+    o.gauge(
+        "sidecache_upstream_info",
+        &[
+            (
+                "mode",
+                if info.cluster {
+                    "cluster"
+                } else {
+                    "standalone"
+                },
+            ),
+            ("version", &info.version),
+        ],
+        1.0,
+    );
+    let topo = s.upstream.topology();
+    o.gauge("sidecache_upstream_masters", &[], topo.nodes().len() as f64);
+    o.gauge(
+        "sidecache_cluster_slots_uncovered",
+        &[],
+        uncovered_slots(&topo) as f64,
+    );
+    o.counter(
+        "sidecache_topology_changes_total",
+        &[],
+        l(&m.topology_changes),
+    );
+    for n in topo.nodes() {
+        o.gauge(
+            "sidecache_upstream_pool_connections",
+            &[("shard", &n.addr().to_string())],
+            s.config.upstream.pool_size as f64,
+        );
+    }
+    for (shard, c) in m.shards() {
+        let labels = [("shard", shard.as_str())];
+        o.counter("sidecache_upstream_commands_total", &labels, l(&c.commands));
+        o.counter(
+            "sidecache_upstream_pipeline_failures_total",
+            &labels,
+            l(&c.pipeline_failures),
+        );
+        o.counter(
+            "sidecache_upstream_write_waits_total",
+            &labels,
+            l(&c.write_waits),
+        );
+    }
+    o.counter(
+        "sidecache_upstream_errors_total",
+        &[],
+        l(&s.stats.upstream_errors),
+    );
+    for (kind, c) in ["moved", "ask"].into_iter().zip(&m.redirects) {
+        o.counter(
+            "sidecache_upstream_redirects_total",
+            &[("kind", kind)],
+            l(c),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_decision() {
+        assert!(decide(0, 0).is_err());
+        assert!(decide(1, 0).is_ok());
+        let e = decide(3, 1).expect_err("uncovered");
+        assert_eq!(e, "1 of 16384 hash slots are served by no master");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn families_follow_the_naming_rules() {
+        let mut seen = std::collections::HashSet::new();
+        for f in FAMILIES {
+            assert!(seen.insert(f.name), "{} twice", f.name);
+            assert!(f.name.starts_with("sidecache_"), "{}", f.name);
+            assert_eq!(
+                f.kind == Kind::Counter,
+                f.name.ends_with("_total"),
+                "{}: only counters end in _total",
+                f.name
+            );
+            assert!(!f.help.is_empty());
+            for l in f.labels {
+                assert!(!["key", "addr", "client"].contains(l), "{}", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn dashboard_uses_only_exported_metrics() {
+        let dash = include_str!("../../../deploy/grafana/sidecache.json");
+        let mut used = 0;
+        for (i, _) in dash.match_indices("sidecache_") {
+            let name: String = dash[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
+                .collect();
+            if name == "sidecache_" {
+                continue;
+            }
+            let known = FAMILIES.iter().any(|f| {
+                name == f.name
+                    || (matches!(f.kind, Kind::Histogram | Kind::Summary)
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|s| name == format!("{}{s}", f.name)))
+            });
+            assert!(known, "the dashboard uses {name}, which is not exported");
+            used += 1;
+        }
+        assert!(used > 20);
+    }
+
+    #[test]
+    fn before_attach_only_process_figures() {
+        let e = Exporter::new();
+        e.waiting("connection refused\r\n");
+        let text = e.encode().expect("encodes");
+        assert!(text.contains("sidecache_ready 0"), "{text}");
+        assert!(text.contains("sidecache_build_info{version="), "{text}");
+        assert_eq!(
+            e.readiness().expect_err("not ready"),
+            "upstream not reached yet: connection refused  "
+        );
+    }
+}
