@@ -22,10 +22,17 @@ port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));pri
 RP=$(port); AP=$(port); BP=$(port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null 2>&1 & PIDS+=($!)
 sleep 0.5
-"$A" --listen "127.0.0.1:$AP" --upstream "redis://127.0.0.1:$RP" --log-level warn ${ARGS_A:-} >"$WORK/a.log" 2>&1 & PIDS+=($!)
-"$B" --listen "127.0.0.1:$BP" --upstream "redis://127.0.0.1:$RP" --log-level warn ${ARGS_B:-} >"$WORK/b.log" 2>&1 & PIDS+=($!)
+# Two instances on one host: their metrics endpoints must not collide.
+"$A" --listen "127.0.0.1:$AP" --upstream "redis://127.0.0.1:$RP" --log-level warn \
+  --metrics-listen 127.0.0.1:0 ${ARGS_A:-} >"$WORK/a.log" 2>&1 & PIDS+=($!)
+"$B" --listen "127.0.0.1:$BP" --upstream "redis://127.0.0.1:$RP" --log-level warn \
+  --metrics-listen 127.0.0.1:0 ${ARGS_B:-} >"$WORK/b.log" 2>&1 & PIDS+=($!)
 for p in "$AP" "$BP"; do
-  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  ok=0
+  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && { ok=1; break; }; sleep 0.1; done
+  if [ "$ok" != 1 ]; then
+    echo "sidecache on port $p did not start:" >&2; cat "$WORK"/a.log "$WORK"/b.log >&2; exit 1
+  fi
 done
 declare -A R
 names=(redis A B); ports=("$RP" "$AP" "$BP")
@@ -34,7 +41,7 @@ for round in $(seq "$ROUNDS"); do
     for P in $PIPELINES; do
       for i in 0 1 2; do
         j=$(( (i + round) % 3 ))
-        rps=$(redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
+        rps=$(timeout 300 redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
               -n "$N" -P "$P" -t "$t" -q --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"')
         echo "round $round ${names[$j]} $t -P $P: $rps"
         R["${names[$j]}|$t|$P"]+="$rps "

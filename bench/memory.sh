@@ -37,7 +37,7 @@ port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));pri
 RP=$(port); SP=$(port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 & PIDS+=($!)
 for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
-"$BIN" --listen "127.0.0.1:$SP" --upstream "redis://127.0.0.1:$RP" --log-level warn \
+"$BIN" --listen "127.0.0.1:$SP" --metrics-listen 127.0.0.1:0 --upstream "redis://127.0.0.1:$RP" --log-level warn \
   --l1-max-bytes "$L1" --l1-ttl-cap 3600 --write-queue-max 1000000 >"$WORK/sc.log" 2>&1 & SC=$!; PIDS+=($SC)
 for _ in $(seq 100); do redis-cli -p "$SP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 

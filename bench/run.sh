@@ -18,13 +18,13 @@
 #                   (cluster runs: cluster-latest.*)
 #
 # Knobs (environment variables):
-#   N=200000          requests per redis-benchmark run
+#   N=100000          requests per redis-benchmark run
 #   TESTS=get,get-miss,set,incr,lpush,hset,mget,mset,lrange_100
 #                     tests, one at a time in this order: redis-benchmark -t
 #                     names, plus get-miss (GET of keys that do not exist:
 #                     -r 100000000, so every GET misses the L1 and goes
 #                     upstream) and mget (MGET of 10 random keys)
-#   QUICK=1           a short run (N=20000, ROUNDS=1, TESTS=get,set,mget):
+#   QUICK=1 (or --quick) a short run (N=20000, ROUNDS=1, TESTS=get,set,mget):
 #                     checks the set-up in well under 2 minutes
 #   WARM=1            before each GET run, read every key once through the
 #                     target (redis-cli --pipe), so caches are measured warm
@@ -47,13 +47,21 @@
 #   SKIP_BUILD=1      don't run cargo build (use the existing binary)
 #   SIDECACHE_BIN=... binary to run (default: <repo>/target/release/sidecache)
 #   SIDECACHE_ARGS="..." extra flags for sidecache (word-split)
-#   PAUSE=1           seconds to idle between runs (lets write-behind drain)
+#   PAUSE=0.5         seconds to idle between runs (lets write-behind drain)
 #   RUN_TIMEOUT=600   seconds before one redis-benchmark run is abandoned
 #   RESULTS_DIR=...   where to write results (default: bench/results)
 #   KEEP_WORKDIR=1    keep the temp dir with configs and logs
 #
 # Only processes this script started are stopped (by pid, on exit).
 set -euo pipefail
+
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument '$arg' (only --quick; the rest are environment variables)" >&2; exit 2 ;;
+  esac
+done
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
@@ -65,7 +73,7 @@ if [[ "$QUICK" == 1 ]]; then
   TESTS="${TESTS:-get,set,mget}"
   PAUSE="${PAUSE:-0.3}"
 fi
-N="${N:-200000}"
+N="${N:-100000}"
 TESTS="${TESTS:-get,get-miss,set,incr,lpush,hset,mget,mset,lrange_100}"
 ROUNDS="${ROUNDS:-3}"
 PIPELINES="${PIPELINES:-1 16}"
@@ -79,7 +87,7 @@ SKIP_UNIX="${SKIP_UNIX:-0}"
 CHART="${CHART:-1}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 SIDECACHE_ARGS="${SIDECACHE_ARGS:-}"
-PAUSE="${PAUSE:-1}"
+PAUSE="${PAUSE:-0.5}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
 RESULTS_DIR="${RESULTS_DIR:-$SCRIPT_DIR/results}"
 KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
@@ -305,6 +313,7 @@ if [[ "$SKIP_SIDECACHE" != 1 ]]; then
   SC_PORT="$(pick_port)"
   SC_SOCKET="$WORKDIR/sidecache.sock"
   start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --unix-socket "$SC_SOCKET" \
+    --metrics-listen "127.0.0.1:$(pick_port)" \
     --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
   wait_ready sidecache "$LAST_PID" "$SC_PORT"
   log "sidecache  127.0.0.1:$SC_PORT and $SC_SOCKET (pid $LAST_PID)"

@@ -790,3 +790,45 @@ async fn a_paused_upstream_takes_the_channel_down_and_back() {
         assert_eq!(v, i);
     }
 }
+
+/// Two sidecache processes (the binary) on one upstream: a write through
+/// one, once flushed, and a direct write, are served by the other within
+/// the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_see_each_others_writes() {
+    let redis = RedisServer::start(&[]);
+    let a = support::ProxyProcess::start(&redis.url(), &[]);
+    let b = support::ProxyProcess::start(&redis.url(), &[]);
+    let conn = |addr: String| async move {
+        redis::Client::open(format!("redis://{addr}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    };
+    let mut ca = conn(a.addr()).await;
+    let mut cb = conn(b.addr()).await;
+    let mut d = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut times = Vec::new();
+    for i in 0..100 {
+        let key = format!("pp:{i}");
+        let _: () = d.set(&key, "old").await.unwrap();
+        cache(&mut cb, &key).await;
+        let _: () = ca.set(&key, "via-a").await.unwrap();
+        let t0 = Instant::now();
+        while d.get::<_, String>(&key).await.unwrap() != "via-a" {
+            assert!(t0.elapsed() < BOUND, "A never flushed {key}");
+            tokio::task::yield_now().await;
+        }
+        times.push(time_until(&mut cb, &key, "via-a").await);
+        let _: () = d.set(&key, "direct").await.unwrap();
+        times.push(time_until(&mut cb, &key, "direct").await);
+    }
+    report("two processes (through the other, then direct)", times);
+    assert_eq!(a.terminate().code(), Some(0));
+    assert_eq!(b.terminate().code(), Some(0));
+}
