@@ -15,7 +15,7 @@
 #   latest-raw.csv  every single redis-benchmark row of the run
 #   latest.md       the markdown table (also printed) plus the run's settings
 #   latest.png      throughput ratio to direct Redis per test, P1 and P16
-#                   (cluster runs: cluster-latest.*)
+#                   (cluster runs: cluster-latest.*; --quick: quick-latest.*)
 #
 # Knobs (environment variables):
 #   N=100000          requests per redis-benchmark run
@@ -466,6 +466,8 @@ fmt_ratio() { if [[ -n "$1" ]]; then printf '%s×' "$1"; else printf 'n/a'; fi; 
 mkdir -p "$RESULTS_DIR"
 PREFIX=""
 [[ "$TOPOLOGY" == cluster ]] && PREFIX="cluster-"
+# A quick run never replaces a full run's results.
+[[ "$QUICK" == 1 ]] && PREFIX="quick-$PREFIX"
 CSV="$WORKDIR/latest.csv"
 MD="$WORKDIR/latest.md"
 # Columns: per target rps, p50, p99; per proxy its ratio to direct Redis.
