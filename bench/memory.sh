@@ -68,7 +68,7 @@ loaded=0
 for size in $SIZES; do
   echo "[memory] loading up to $size keys" >&2
   load "$loaded" "$size"; loaded=$size
-  entries=$(field "$SP" proxy l1_entries)
+  entries=$(field "$SP" l1 l1_entries)
   rss1=$(rss); used1=$(field "$RP" memory used_memory)
   keys=$(redis-cli -p "$RP" dbsize)
   d_rss=$((rss1 - rss0)); d_used=$((used1 - used0))

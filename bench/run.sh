@@ -33,7 +33,8 @@
 #   CLIENTS=50        parallel connections (-c)
 #   DATA_SIZE=64      value size in bytes (-d)
 #   KEYSPACE=100000   random key space (-r)
-#   TOPOLOGY=standalone|cluster   cluster: 3 masters, redis vs sidecache only
+#   TOPOLOGY=standalone|cluster|both   cluster: 3 masters, redis vs sidecache
+#                     only; both: standalone, then cluster
 #   THREADS=          redis-benchmark --threads for every target. Default:
 #                     none for standalone; 1 for cluster, because
 #                     `redis-benchmark --cluster` otherwise starts one thread
@@ -98,7 +99,12 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 
 case "$TOPOLOGY" in
   standalone | cluster) ;;
-  *) die "TOPOLOGY must be standalone or cluster, not '$TOPOLOGY'" ;;
+  both)
+    # Both topologies, one after the other, in this one invocation.
+    TOPOLOGY=standalone "$0" "$@" && TOPOLOGY=cluster SKIP_BUILD=1 "$0" "$@"
+    exit $?
+    ;;
+  *) die "TOPOLOGY must be standalone, cluster or both, not '$TOPOLOGY'" ;;
 esac
 for v in N ROUNDS CLIENTS DATA_SIZE KEYSPACE RUN_TIMEOUT; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
@@ -212,6 +218,9 @@ port_in_use() {
   [[ "$USED_PORTS" == *" $1 "* ]] && return 0
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+# Sets PICKED (not echoed: a $(...) subshell would lose USED_PORTS, and a
+# cluster node's bus port could then be handed out again).
+PICKED=""
 pick_port() { # pick_port [needs_bus]
   local needs_bus="${1:-0}" p tries
   for ((tries = 0; tries < 500; tries++)); do
@@ -222,7 +231,7 @@ pick_port() { # pick_port [needs_bus]
       USED_PORTS+="$((p + 10000)) "
     fi
     USED_PORTS+="$p "
-    echo "$p"
+    PICKED="$p"
     return 0
   done
   die "no free loopback port found"
@@ -274,7 +283,8 @@ declare -A BENCH_EXTRA=() # target -> extra redis-benchmark flags
 TARGETS=()
 
 if [[ "$TOPOLOGY" == standalone ]]; then
-  REDIS_PORT="$(pick_port)"
+  pick_port
+  REDIS_PORT="$PICKED"
   start_redis redis "$REDIS_PORT"
   log "redis      127.0.0.1:$REDIS_PORT (pid $LAST_PID)"
   TARGETS+=(redis)
@@ -283,7 +293,8 @@ if [[ "$TOPOLOGY" == standalone ]]; then
 else
   CLUSTER_PORTS=()
   for i in 0 1 2; do
-    p="$(pick_port 1)"
+    pick_port 1
+    p="$PICKED"
     CLUSTER_PORTS+=("$p")
     start_redis "redis-$i" "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
       --cluster-node-timeout 5000
@@ -310,10 +321,13 @@ fi
 
 declare -A SOCKET=() # target -> Unix socket redis-benchmark talks to instead
 if [[ "$SKIP_SIDECACHE" != 1 ]]; then
-  SC_PORT="$(pick_port)"
+  pick_port
+  SC_PORT="$PICKED"
+  pick_port
+  SC_METRICS_PORT="$PICKED"
   SC_SOCKET="$WORKDIR/sidecache.sock"
   start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --unix-socket "$SC_SOCKET" \
-    --metrics-listen "127.0.0.1:$(pick_port)" \
+    --metrics-listen "127.0.0.1:$SC_METRICS_PORT" \
     --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
   wait_ready sidecache "$LAST_PID" "$SC_PORT"
   log "sidecache  127.0.0.1:$SC_PORT and $SC_SOCKET (pid $LAST_PID)"
@@ -330,8 +344,10 @@ if [[ "$SKIP_SIDECACHE" != 1 ]]; then
 fi
 
 if [[ "$TOPOLOGY" == standalone && "$SKIP_TWEMPROXY" != 1 ]]; then
-  TW_PORT="$(pick_port)"
-  TW_STATS_PORT="$(pick_port)"
+  pick_port
+  TW_PORT="$PICKED"
+  pick_port
+  TW_STATS_PORT="$PICKED"
   cat >"$WORKDIR/nutcracker.yml" <<EOF
 sidecache_bench:
   listen: 127.0.0.1:$TW_PORT
