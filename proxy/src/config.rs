@@ -295,6 +295,9 @@ pub struct Config {
     /// Address of the metrics/health endpoint; `None` when `off` (which
     /// also stops per-command metrics on the hot path).
     pub metrics_listen: Option<SocketAddr>,
+    /// Whether `metrics_listen` was given (flag, environment or file)
+    /// rather than defaulted: a default address already taken is not fatal.
+    pub metrics_listen_given: bool,
     /// How long to retry an unreachable upstream at start (zero: fail at once).
     pub upstream_wait: Duration,
     /// L1 cache settings.
@@ -568,6 +571,7 @@ impl Config {
             shutdown_timeout: secs("--shutdown-timeout", o.shutdown_timeout, 30.0)?,
             log_level: o.log_level.unwrap_or_else(|| "info".into()),
             log_format: o.log_format.unwrap_or(LogFormat::Text),
+            metrics_listen_given: o.metrics_listen.is_some(),
             metrics_listen,
             upstream_wait,
         })

@@ -65,15 +65,27 @@ async fn start(config: Config) -> anyhow::Result<()> {
     let exporter = Arc::new(Exporter::new());
     let http_stop = CancellationToken::new();
     if let Some(addr) = config.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen: --metrics-listen {addr}"))?;
-        tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
-        tokio::spawn(sidecache::http::serve(
-            listener,
-            Arc::clone(&exporter),
-            http_stop.clone(),
-        ));
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
+                tokio::spawn(sidecache::http::serve(
+                    listener,
+                    Arc::clone(&exporter),
+                    http_stop.clone(),
+                ));
+            }
+            // The default address taken (another sidecache on this host):
+            // serve Redis anyway, and say how to get the endpoint back.
+            Err(e) if !config.metrics_listen_given => tracing::warn!(
+                metrics = %addr,
+                error = %e,
+                "default metrics address unavailable; running without /metrics, /healthz, /readyz (set --metrics-listen)"
+            ),
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot listen: --metrics-listen {addr}")))
+            }
+        }
     }
     let wait_until = tokio::time::Instant::now() + config.upstream_wait;
     let shared = loop {

@@ -520,3 +520,64 @@ async fn secrets_never_reach_logs_info_or_metrics() {
         }
     }
 }
+
+/// The default metrics address already taken (another sidecache on the
+/// host): the proxy still serves Redis, without the endpoint. An address
+/// given explicitly that cannot be bound is a start-up error.
+#[tokio::test]
+async fn a_taken_default_metrics_address_is_not_fatal() {
+    let redis = RedisServer::start(&[]);
+    // Hold the default address (if something else already does, the same).
+    let _hold = std::net::TcpListener::bind(sidecache::config::DEFAULT_METRICS_LISTEN);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecache"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            &redis.url(),
+        ])
+        .env_remove("SIDECACHE_METRICS_LISTEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if cli(port, &["ping"]) == "PONG" {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "sidecache exited");
+        assert!(Instant::now() < deadline, "sidecache did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(log.contains("default metrics address unavailable"), "{log}");
+
+    // Explicit: refused at start, naming the option.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sidecache"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &redis.url(),
+            "--metrics-listen",
+            &taken.local_addr().unwrap().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--metrics-listen"), "{err}");
+}
