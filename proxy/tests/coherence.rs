@@ -57,6 +57,34 @@ async fn cache(c: &mut MultiplexedConnection, key: &str) {
     }
 }
 
+/// Polls INFO until `field` equals `want` (at most `limit`).
+async fn wait_field(c: &mut MultiplexedConnection, field: &str, want: u64, limit: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let got = info_field(&info(c).await, field);
+        if got == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{field} is {got}, not {want}, after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sets each key directly and caches it through `c`.
+async fn seed_and_cache(
+    d: &mut MultiplexedConnection,
+    c: &mut MultiplexedConnection,
+    keys: &[String],
+) {
+    for k in keys {
+        let _: () = d.set(k, "v").await.unwrap();
+        cache(c, k).await;
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -141,11 +169,7 @@ async fn other_writers_reach_the_l1_standalone() {
     let b = Proxy::start(&redis.url(), &[]).await;
     let mut ca = a.conn().await;
     let mut cb = b.conn().await;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     assert!(info(&mut cb).await.contains("coherence_mode:tracking\r\n"));
     assert_eq!(info_field(&info(&mut cb).await, "tracking_channels_up"), 1);
 
@@ -219,11 +243,7 @@ async fn no_stale_key_after_a_write_storm() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     const KEYS: usize = 10_000;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     let mut p = redis::pipe();
     for i in 0..KEYS {
         p.set(format!("s:{i}"), 0).ignore();
@@ -252,11 +272,7 @@ async fn no_stale_key_after_a_write_storm() {
     // Writers: direct, random keys, values that only grow.
     let mut writers = Vec::new();
     for w in 0..2u64 {
-        let mut c = redis
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut c = redis.conn().await;
         writers.push(tokio::spawn(async move {
             let mut x = w * 7919 + 1;
             for round in 1..=40u64 {
@@ -311,11 +327,7 @@ async fn upstream_restart_clears_then_refills() {
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut c = proxy.conn().await;
     {
-        let mut d = redis
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut d = redis.conn().await;
         for i in 0..100 {
             let _: () = d.set(format!("r:{i}"), "before").await.unwrap();
         }
@@ -326,11 +338,7 @@ async fn upstream_restart_clears_then_refills() {
     assert!(info_field(&info(&mut c).await, "l1_entries") >= 100);
     // kill -9 and start again (no persistence: it comes back empty).
     redis.restart();
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     for i in 0..50 {
         let _: () = d.set(format!("r:{i}"), "after").await.unwrap();
     }
@@ -343,11 +351,7 @@ async fn upstream_restart_clears_then_refills() {
     let inf = info(&mut c).await;
     assert!(info_field(&inf, "tracking_channel_losses") >= 1);
     // Tracking comes back, and the L1 refills.
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "channel not back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(10)).await;
     cache(&mut c, "r:1").await;
     // And it is coherent again.
     let _: () = d.set("r:1", "later").await.unwrap();
@@ -359,15 +363,9 @@ async fn killing_the_channel_clears_the_l1() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut c = proxy.conn().await;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for i in 0..20 {
-        let _: () = d.set(format!("c:{i}"), "v").await.unwrap();
-        cache(&mut c, &format!("c:{i}")).await;
-    }
+    let mut d = redis.conn().await;
+    let keys: Vec<String> = (0..20).map(|i| format!("c:{i}")).collect();
+    seed_and_cache(&mut d, &mut c, &keys).await;
     assert!(info_field(&info(&mut c).await, "l1_entries") >= 20);
     // The tracking connection is the one with the broadcast flag.
     let list: String = redis::cmd("CLIENT")
@@ -401,11 +399,7 @@ async fn killing_the_channel_clears_the_l1() {
         assert!(t0.elapsed() < BOUND, "loss not noticed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "channel not back");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(5)).await;
     cache(&mut c, "c:1").await;
     let _: () = d.set("c:1", "w").await.unwrap();
     time_until(&mut c, "c:1", "w").await;
@@ -416,15 +410,9 @@ async fn direct_flushall_clears_the_l1() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut c = proxy.conn().await;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for i in 0..50 {
-        let _: () = d.set(format!("f:{i}"), "v").await.unwrap();
-        cache(&mut c, &format!("f:{i}")).await;
-    }
+    let mut d = redis.conn().await;
+    let keys: Vec<String> = (0..50).map(|i| format!("f:{i}")).collect();
+    seed_and_cache(&mut d, &mut c, &keys).await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut d).await.unwrap();
     let t0 = Instant::now();
     loop {
@@ -454,11 +442,7 @@ async fn own_writes_stay_cached() {
     }
     let _: () = p.query_async(&mut c).await.unwrap();
     // Flushed, and any invalidation of them would have arrived.
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = info(&mut c).await;
     let mut p = redis::pipe();
@@ -481,11 +465,7 @@ async fn tracking_off_leaves_the_ttl_cap() {
     let proxy = Proxy::start(&redis.url(), &["--tracking", "off", "--l1-ttl-cap", "0.3"]).await;
     let mut c = proxy.conn().await;
     assert!(info(&mut c).await.contains("coherence_mode:off\r\n"));
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     let _: () = d.set("t", "old").await.unwrap();
     cache(&mut c, "t").await;
     let written = Instant::now();
@@ -511,11 +491,7 @@ async fn tracking_off_leaves_the_ttl_cap() {
 /// CLIENT TRACKING, and a direct connection to it.
 async fn refusing_tracking() -> (RedisServer, MultiplexedConnection, String) {
     let redis = RedisServer::start(&[]);
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     let _: () = redis::cmd("ACL")
         .arg(&[
             "SETUSER",
@@ -685,11 +661,7 @@ async fn cluster_failover_keeps_the_l1_coherent() {
     // Once the slot map is refreshed (every second here), the new master
     // has a channel of its own.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "tracking_channels_up") != 3 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "channels not up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_field(&mut c, "tracking_channels_up", 3, Duration::from_secs(10)).await;
     let k = &keys[0];
     cache(&mut c, k).await;
     d.set_anywhere(k, "last").await;
@@ -709,11 +681,7 @@ async fn own_writes_stay_cached_in_the_url_database() {
         p.set(format!("o:{i}"), i).ignore();
     }
     let _: () = p.query_async(&mut c).await.unwrap();
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = info_field(&info(&mut c).await, "l1_hits");
     let mut p = redis::pipe();
@@ -741,15 +709,9 @@ async fn a_paused_upstream_takes_the_channel_down_and_back() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut c = proxy.conn().await;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for i in 0..20 {
-        let _: () = d.set(format!("z:{i}"), "v").await.unwrap();
-        cache(&mut c, &format!("z:{i}")).await;
-    }
+    let mut d = redis.conn().await;
+    let keys: Vec<String> = (0..20).map(|i| format!("z:{i}")).collect();
+    seed_and_cache(&mut d, &mut c, &keys).await;
     redis.signal("STOP");
     // Writes acknowledged while the upstream is paused.
     for i in 0..100 {
@@ -769,22 +731,14 @@ async fn a_paused_upstream_takes_the_channel_down_and_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     redis.signal("CONT");
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "tracking_channels_up") != 1 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "channel not back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(10)).await;
     let inf = info(&mut c).await;
     assert_eq!(info_field(&inf, "tracking_channel_losses"), 1);
     // Coherent again, and every write landed.
     cache(&mut c, "z:1").await;
     let _: () = d.set("z:1", "new").await.unwrap();
     time_until(&mut c, "z:1", "new").await;
-    let t0 = Instant::now();
-    while info_field(&info(&mut c).await, "write_queue_depth") != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     for i in 0..100 {
         let v: i64 = d.get(format!("w:{i}")).await.unwrap();
         assert_eq!(v, i);
@@ -808,11 +762,7 @@ async fn two_processes_see_each_others_writes() {
     };
     let mut ca = conn(a.addr()).await;
     let mut cb = conn(b.addr()).await;
-    let mut d = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut d = redis.conn().await;
     let mut times = Vec::new();
     for i in 0..100 {
         let key = format!("pp:{i}");

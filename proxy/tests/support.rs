@@ -143,6 +143,14 @@ impl RedisServer {
         redis::Client::open(self.url()).expect("url")
     }
 
+    /// A direct (not through sidecache) multiplexed connection.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to redis-server")
+    }
+
     /// The server's process id (for SIGSTOP/SIGCONT in fault tests).
     pub fn pid(&self) -> u32 {
         self.child.id()
