@@ -289,8 +289,27 @@ impl Upstream {
         self.inner.hub.as_deref().map(|h| &h.stats)
     }
 
+    /// The hub of per-master tracking channels (none in peer mode, where
+    /// the hub serves the one peer channel).
+    fn tracking_hub(&self) -> Option<&Arc<Hub>> {
+        self.inner
+            .hub
+            .as_ref()
+            .filter(|_| self.inner.peer.is_none())
+    }
+
+    /// The database clients start in: the first seed URL's `/db`, always 0
+    /// on a cluster.
+    pub fn default_db(&self) -> u16 {
+        if self.inner.info.cluster {
+            0
+        } else {
+            self.inner.cfg.seeds.first().map_or(0, |s| s.db)
+        }
+    }
+
     /// Masters whose invalidation channel is up, and all masters.
-    pub fn channels_up(&self) -> (usize, usize) {
+    pub(crate) fn channels_up(&self) -> (usize, usize) {
         let topo = self.topology();
         let up = topo
             .nodes()
@@ -510,17 +529,9 @@ impl Upstream {
                 Arc::clone(&self.inner.connector),
                 self.inner.cfg.pool_size,
                 self.inner.info.databases,
-                self.inner
-                    .peer
-                    .is_none()
-                    .then_some(self.inner.hub.as_ref())
-                    .flatten(),
+                self.tracking_hub(),
                 self.inner.peer.as_ref().map(|p| p.gate()),
-                if self.inner.info.cluster {
-                    0
-                } else {
-                    self.inner.cfg.seeds.first().map_or(0, |s| s.db)
-                },
+                self.default_db(),
             ))
         }))
     }

@@ -188,10 +188,9 @@ impl Client {
             lib_name: String::new(),
             lib_ver: String::new(),
         };
-        let db = shared.config.upstream.seeds.first().map_or(0, |s| s.db);
         let st = ClientState {
             id,
-            db: if shared.upstream.is_cluster() { 0 } else { db },
+            db: shared.upstream.default_db(),
             proto: Proto::Resp2,
             authenticated: shared.config.requirepass.is_none(),
             entry,

@@ -78,11 +78,11 @@ pub fn render(s: &Shared, topo: &Topology, which: Sections) -> String {
 
 fn coherence(s: &Shared) -> String {
     let up = &s.upstream;
-    let (channels_up, masters) = up.channels_up();
+    let channels = s.tracking_shards();
     let mut out = format!(
-        "# Coherence\r\ntracking_channels_up:{}\r\ntracking_masters:{}\r\nl1_ttl_cap_seconds:{}\r\n",
-        channels_up,
-        masters,
+        "# Coherence\r\ntracking_channels_up:{}\r\ntracking_channels:{}\r\nl1_ttl_cap_seconds:{}\r\n",
+        channels.iter().filter(|c| c.1).count(),
+        channels.len(),
         s.l1.config().ttl_cap.as_secs_f64(),
     );
     if let Some(st) = up.coherence_stats() {
@@ -123,9 +123,8 @@ fn hit_ratio(s: &Shared) -> f64 {
 fn proxy(s: &Shared, topo: &Topology) -> String {
     let info = s.upstream.server_info();
     let wb = s.upstream.write_behind();
-    let tracking = s.tracking_shards();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ntracking_masters_up:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.version,
@@ -136,7 +135,6 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
         load(&wb.stats.failed),
         s.tracking_state(),
         s.upstream.coherence_mode().as_str(),
-        tracking.iter().filter(|t| t.1).count(),
         s.invalidations_received(),
         s.connected_clients(),
         load(&s.stats.connections_received),
