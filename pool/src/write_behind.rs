@@ -11,10 +11,21 @@
 //!                                                                         └─ other error ───────▶ failed: counted, logged, listener told
 //! ```
 //!
-//! One batcher per (node, database) sends one batch at a time, in queue
-//! order, so writes to one key reach upstream in the order they were queued.
-//! A batch is sent as soon as there is a write (no artificial wait when
-//! idle); under load the queue fills and batches grow to `--write-batch`.
+//! One batcher per (node, database) sends batches in queue order on one
+//! connection, so writes to one key reach upstream in the order they were
+//! queued. A batch is sent as soon as there is a write (no artificial wait
+//! when idle); while it is out, the queue fills and the next batch grows to
+//! `--write-batch`. With `--write-pipeline N` (default 1), when a whole
+//! batch more is already waiting (sustained load) it is sent before the
+//! answers of the earlier ones are in, up to N batches out at once, so the
+//! flush rate is not one batch per round trip (at the price of up to
+//! N × `--write-batch` commands outstanding on the connection).
+//!
+//! Answers are settled in send order. If a batch's connection broke, that
+//! batch and every batch sent after it are sent again, one at a time, in
+//! order, whatever their own outcome was (a later one may have landed on a
+//! new connection before the resend of an earlier one: sending it again
+//! puts its values back on top; SETs with absolute expiries are idempotent).
 //!
 //! # Race window
 //! `enqueued` is incremented under the same lock as the channel send, so
@@ -24,17 +35,18 @@
 //! it is sent ([`WriteQueue::barrier`]): all earlier writes have reached
 //! upstream (or failed for good) by then.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::error;
 
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
-use crate::mux::MuxConn;
+use crate::mux::{MuxConn, Replies};
 use crate::redirect::{self, Action};
 use crate::resp;
 use crate::slot::Slot;
@@ -45,6 +57,8 @@ use crate::upstream::{Target, Upstream};
 pub struct WriteConfig {
     /// Most commands in one upstream pipeline.
     pub batch: usize,
+    /// Most batches sent and not yet answered, per queue (1: one at a time).
+    pub pipeline: usize,
     /// Longest a write waits for its batch to fill (0: send at once).
     pub flush_interval: Duration,
     /// Most writes queued (not yet flushed) in total.
@@ -57,6 +71,7 @@ impl Default for WriteConfig {
     fn default() -> Self {
         WriteConfig {
             batch: 200,
+            pipeline: 1,
             flush_interval: Duration::ZERO,
             queue_max: 100_000,
             queue_timeout: Duration::from_secs(5),
@@ -102,6 +117,8 @@ pub struct WriteStats {
     pub batch_sizes: [AtomicU64; 5],
     /// Re-sends after connection loss or retryable errors.
     pub retries: AtomicU64,
+    /// Batches sent while earlier ones were still unanswered.
+    pub ahead: AtomicU64,
     /// Sum of flush latencies (queue to acknowledgement), microseconds.
     pub latency_us_sum: AtomicU64,
     /// Largest flush latency, microseconds.
@@ -243,6 +260,9 @@ pub struct WriteQueue {
     tx: Mutex<mpsc::Sender<Queued>>,
     enqueued: AtomicU64,
     flushed: watch::Sender<u64>,
+    /// Told when a whole batch is waiting (the batcher may send it ahead).
+    full: Arc<Notify>,
+    batch: usize,
 }
 
 /// Waits until the writes queued before it was taken have been flushed.
@@ -286,7 +306,11 @@ impl WriteQueue {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         tx.try_send(item).map_err(|_| Error::Closed)?;
         self.enqueued.fetch_add(1, Ordering::AcqRel);
+        let waiting = tx.max_capacity() - tx.capacity();
         drop(tx);
+        if waiting >= self.batch {
+            self.full.notify_one();
+        }
         wb.depth.fetch_add(1, Ordering::Relaxed);
         wb.stats.queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -306,10 +330,13 @@ impl WriteQueue {
         // channel full.
         let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
         let (flushed, _) = watch::channel(0u64);
+        let full = Arc::new(Notify::new());
         let q = WriteQueue {
             tx: Mutex::new(tx),
             enqueued: AtomicU64::new(0),
             flushed,
+            full: Arc::clone(&full),
+            batch: wb.cfg.batch.max(1),
         };
         let flushed_tx = q.flushed.clone();
         wb.live.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +355,7 @@ impl WriteQueue {
                 conn,
                 db,
                 rx,
+                full,
                 flushed: flushed_tx,
                 done: 0,
             };
@@ -345,8 +373,28 @@ struct Batcher {
     conn: MuxConn,
     db: u16,
     rx: mpsc::Receiver<Queued>,
+    full: Arc<Notify>,
     flushed: watch::Sender<u64>,
     done: u64,
+}
+
+/// A batch sent and not yet settled.
+struct Sent {
+    batch: Vec<Queued>,
+    payload: Bytes,
+    /// `None`: the connection task was gone.
+    replies: Option<oneshot::Receiver<Result<Replies>>>,
+}
+
+impl Sent {
+    /// Its answers; `None` if they are not all there (connection trouble).
+    async fn answers(&mut self) -> Option<Replies> {
+        let rx = self.replies.as_mut()?;
+        match rx.await {
+            Ok(Ok(r)) if r.len() == self.batch.len() => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// Upstream errors after which the same write may succeed later.
@@ -368,36 +416,97 @@ impl Batcher {
         let up = self.up.clone();
         let wb = up.write_behind();
         let max = wb.cfg.batch.max(1);
-        let mut batch: Vec<Queued> = Vec::with_capacity(max);
+        let depth = wb.cfg.pipeline.max(1);
+        let mut out: VecDeque<Sent> = VecDeque::with_capacity(depth);
+        let mut spare: Vec<Vec<Queued>> = Vec::new();
         // The queue's sender lives as long as the node, so this runs for
         // the life of the process; a drain just waits for the queue to empty.
-        while let Some(first) = self.rx.recv().await {
-            batch.push(first);
-            let linger = wb.cfg.flush_interval;
-            if !linger.is_zero() {
-                let until = tokio::time::Instant::now() + linger;
-                while batch.len() < max {
-                    match tokio::time::timeout_at(until, self.rx.recv()).await {
-                        Ok(Some(q)) => batch.push(q),
-                        _ => break,
+        loop {
+            if out.is_empty() {
+                let Some(first) = self.rx.recv().await else {
+                    return;
+                };
+                let mut batch = spare.pop().unwrap_or_else(|| Vec::with_capacity(max));
+                batch.push(first);
+                let linger = wb.cfg.flush_interval;
+                if !linger.is_zero() {
+                    let until = tokio::time::Instant::now() + linger;
+                    while batch.len() < max {
+                        match tokio::time::timeout_at(until, self.rx.recv()).await {
+                            Ok(Some(q)) => batch.push(q),
+                            _ => break,
+                        }
                     }
                 }
+                self.take_queued(&mut batch, max);
+                out.push_back(self.submit(batch).await);
+                continue;
             }
-            while batch.len() < max {
-                match self.rx.try_recv() {
-                    Ok(q) => batch.push(q),
-                    Err(_) => break,
+            // Batches are out: another goes ahead of their answers only
+            // when a whole one is waiting.
+            if out.len() < depth && self.rx.len() >= max {
+                wb.stats.ahead.fetch_add(1, Ordering::Relaxed);
+                let mut batch = spare.pop().unwrap_or_else(|| Vec::with_capacity(max));
+                self.take_queued(&mut batch, max);
+                out.push_back(self.submit(batch).await);
+                continue;
+            }
+            let room = out.len() < depth;
+            let answers = {
+                let Some(oldest) = out.front_mut() else {
+                    continue;
+                };
+                if room {
+                    tokio::select! {
+                        biased;
+                        a = oldest.answers() => Some(a),
+                        () = self.full.notified() => None,
+                    }
+                } else {
+                    Some(oldest.answers().await)
+                }
+            };
+            let Some(answers) = answers else {
+                continue;
+            };
+            let Some(mut oldest) = out.pop_front() else {
+                continue;
+            };
+            match answers {
+                Some(replies) => self.settle_batch(&mut oldest.batch, replies).await,
+                None => {
+                    // This batch and all sent after it go again, in order,
+                    // once none of them is still on its way.
+                    let mut again = vec![oldest];
+                    while let Some(mut later) = out.pop_front() {
+                        let _ = later.answers().await;
+                        again.push(later);
+                    }
+                    for mut s in again {
+                        let replies = self.resend(s.payload, s.batch.len()).await;
+                        self.settle_batch(&mut s.batch, replies).await;
+                        spare.push(s.batch);
+                    }
+                    continue;
                 }
             }
-            self.send(&mut batch).await;
+            spare.push(oldest.batch);
         }
     }
 
-    /// Sends one batch and does not return before every write in it has a
-    /// final outcome (flushed or failed for good).
-    async fn send(&mut self, batch: &mut Vec<Queued>) {
-        let up = self.up.clone();
-        let wb = up.write_behind();
+    /// Adds writes already queued to `batch`, up to `max`.
+    fn take_queued(&mut self, batch: &mut Vec<Queued>, max: usize) {
+        while batch.len() < max {
+            match self.rx.try_recv() {
+                Ok(q) => batch.push(q),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Sends one batch as one pipeline; its answers come later.
+    async fn submit(&mut self, batch: Vec<Queued>) -> Sent {
+        let wb = self.up.write_behind();
         let n = batch.len();
         wb.stats.batches.fetch_add(1, Ordering::Relaxed);
         let bucket = match n {
@@ -408,27 +517,50 @@ impl Batcher {
             _ => 4,
         };
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
-        let mut payload = BytesMut::with_capacity(batch.iter().map(|q| q.write.cmd.len()).sum());
-        for q in batch.iter() {
-            payload.extend_from_slice(&q.write.cmd);
-        }
-        let payload = payload.freeze();
-        let mut backoff = Duration::from_millis(20);
-        tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
-        let replies = loop {
-            match self.conn.call(payload.clone(), n).await {
-                Ok(r) if r.len() == n => break r,
-                Ok(_) | Err(_) => {
-                    // Connection lost mid-batch: some writes may have run;
-                    // resending is safe (SET/MSET with absolute expiry are
-                    // idempotent) and keeps the order.
-                    wb.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    self.up.request_refresh();
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
+        let payload = if n == 1 {
+            batch[0].write.cmd.clone()
+        } else {
+            let mut payload =
+                BytesMut::with_capacity(batch.iter().map(|q| q.write.cmd.len()).sum());
+            for q in &batch {
+                payload.extend_from_slice(&q.write.cmd);
             }
+            payload.freeze()
         };
+        tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
+        let replies = self.conn.submit(payload.clone(), n).await.ok();
+        Sent {
+            batch,
+            payload,
+            replies,
+        }
+    }
+
+    /// Sends `payload` again until all `n` answers come back.
+    async fn resend(&mut self, payload: Bytes, n: usize) -> Replies {
+        let wb = self.up.write_behind();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            // Connection lost mid-batch: some writes may have run; resending
+            // is safe (SET/MSET with absolute expiry are idempotent) and
+            // keeps the order.
+            wb.stats.retries.fetch_add(1, Ordering::Relaxed);
+            self.up.request_refresh();
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            match self.conn.call(payload.clone(), n).await {
+                Ok(r) if r.len() == n => return r,
+                Ok(_) | Err(_) => {}
+            }
+        }
+    }
+
+    /// Gives every write of a batch its final outcome, in order, and
+    /// counts the batch as done.
+    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, replies: Replies) {
+        let up = self.up.clone();
+        let wb = up.write_behind();
+        let n = batch.len();
         for (q, reply) in batch.iter().zip(replies) {
             self.settle(&q.write, reply).await;
         }

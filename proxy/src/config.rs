@@ -212,6 +212,12 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_WRITE_BATCH", value_name = "N")]
     pub write_batch: Option<usize>,
 
+    /// Batches sent upstream before the first one's answers are in, per
+    /// queue, when a whole batch more is waiting (sustained write load);
+    /// 1 sends one at a time [default: 1].
+    #[arg(long, env = "SIDECACHE_WRITE_PIPELINE", value_name = "N")]
+    pub write_pipeline: Option<usize>,
+
     /// Longest a queued write waits for its batch to fill, seconds; 0 sends
     /// as soon as the previous batch is acknowledged [default: 0].
     #[arg(long, env = "SIDECACHE_WRITE_FLUSH_INTERVAL", value_name = "SECS")]
@@ -338,6 +344,7 @@ impl Options {
             upstream_wait: self.upstream_wait.or(file.upstream_wait),
             write_mode: self.write_mode.or(file.write_mode),
             write_batch: self.write_batch.or(file.write_batch),
+            write_pipeline: self.write_pipeline.or(file.write_pipeline),
             write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
             write_queue_max: self.write_queue_max.or(file.write_queue_max),
             write_queue_timeout: self.write_queue_timeout.or(file.write_queue_timeout),
@@ -427,6 +434,10 @@ impl Config {
         if write_batch == 0 || write_batch > 100_000 {
             return Err(err("--write-batch", "must be between 1 and 100000"));
         }
+        let write_pipeline = o.write_pipeline.unwrap_or(1);
+        if write_pipeline == 0 || write_pipeline > 64 {
+            return Err(err("--write-pipeline", "must be between 1 and 64"));
+        }
         let write_queue_max = o.write_queue_max.unwrap_or(100_000);
         if write_queue_max == 0 || write_queue_max > 100_000_000 {
             return Err(err("--write-queue-max", "must be between 1 and 100000000"));
@@ -438,6 +449,7 @@ impl Config {
         };
         let write = sidecache_pool::WriteConfig {
             batch: write_batch,
+            pipeline: write_pipeline,
             flush_interval: write_flush_interval,
             queue_max: write_queue_max,
             queue_timeout: secs("--write-queue-timeout", o.write_queue_timeout, 5.0)?,
@@ -597,7 +609,7 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -616,6 +628,7 @@ impl Config {
             self.l1.exclude_prefixes.len(),
             self.write_mode,
             self.upstream.write.batch,
+            self.upstream.write.pipeline,
             self.upstream.write.flush_interval,
             self.upstream.write.queue_max,
             self.upstream.write.queue_timeout,
@@ -683,6 +696,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
         assert_eq!(c.upstream.pool_size, DEFAULT_POOL_SIZE);
+        assert_eq!(c.upstream.write.pipeline, 1);
         assert!(c.unix_socket.is_none());
     }
 
@@ -709,6 +723,15 @@ mod tests {
         ]))
         .expect_err("bad");
         assert_eq!(e.key, "--proto-max-bulk-len");
+        for bad in ["0", "65"] {
+            let e =
+                Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", bad]))
+                    .expect_err("out of range");
+            assert_eq!(e.key, "--write-pipeline");
+        }
+        let c = Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", "4"]))
+            .expect("valid");
+        assert_eq!(c.upstream.write.pipeline, 4);
     }
 
     #[test]

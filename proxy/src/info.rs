@@ -170,7 +170,7 @@ fn write_behind(s: &Shared) -> String {
     let flushed = load(&st.flushed);
     let sizes: Vec<String> = st.batch_sizes.iter().map(|b| load(b).to_string()).collect();
     format!(
-        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
+        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrite_pipeline:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_batches_ahead:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
         match s.config.write_mode {
             WriteMode::WriteBehind => "write-behind",
             WriteMode::WriteThrough => "write-through",
@@ -178,6 +178,7 @@ fn write_behind(s: &Shared) -> String {
         wb.depth(),
         wb.config().queue_max,
         wb.config().batch,
+        wb.config().pipeline,
         load(&st.queued),
         flushed,
         load(&st.failed),
@@ -189,6 +190,7 @@ fn write_behind(s: &Shared) -> String {
         sizes[3],
         sizes[4],
         load(&st.retries),
+        load(&st.ahead),
         load(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
         load(&st.latency_us_max),
     )

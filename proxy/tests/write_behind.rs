@@ -217,6 +217,40 @@ fn redis_benchmark_load_then_sigterm() {
 /// write load: every acknowledged write is there afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_crash_loses_no_acknowledged_write() {
+    crash_during_writes(&[], 1, Fault::KillAndRestart).await;
+}
+
+/// Several batches out at once (`--write-pipeline`): batches sent after
+/// the one a crash broke go again after it, so every key ends with its last
+/// acknowledged value. Small batches and pipelined clients keep whole
+/// batches waiting, so batches really are sent ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_crash_with_pipelined_batches_keeps_order() {
+    crash_during_writes(PIPELINED, 20, Fault::KillAndRestart).await;
+}
+
+/// The same with the upstream up and its connections killed again and
+/// again (CLIENT KILL): the proxy reconnects at once, so a batch queued
+/// behind a broken one can land on the new connection before the broken
+/// one is resent — it must then be sent again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_kills_with_pipelined_batches_keep_order() {
+    crash_during_writes(PIPELINED, 20, Fault::ClientKills).await;
+}
+
+const PIPELINED: &[&str] = &["--write-pipeline", "4", "--write-batch", "10"];
+
+enum Fault {
+    /// SIGKILL, then a restart from the AOF.
+    KillAndRestart,
+    /// `CLIENT KILL TYPE normal SKIPME yes` every 20 ms for 800 ms.
+    ClientKills,
+}
+
+/// Writers (`depth` SETs per round trip, over 500 keys each, values
+/// increasing) while the upstream is killed and restarted; then every key
+/// upstream holds its last acknowledged value.
+async fn crash_during_writes(extra: &[&str], depth: usize, fault: Fault) {
     let redis = Arc::new(Mutex::new(RedisServer::start(&[
         "--appendonly",
         "yes",
@@ -225,7 +259,9 @@ async fn upstream_crash_loses_no_acknowledged_write() {
     ])));
     let url = redis.lock().unwrap().url();
     let upstream_addr = redis.lock().unwrap().addr();
-    let proxy = Proxy::start(&url, &["--connect-timeout", "1"]).await;
+    let mut args = vec!["--connect-timeout", "1"];
+    args.extend_from_slice(extra);
+    let proxy = Proxy::start(&url, &args).await;
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
@@ -235,23 +271,46 @@ async fn upstream_crash_loses_no_acknowledged_write() {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let (k, v) = (format!("w{w}:{}", i % 500), format!("{i}"));
-                let out = support::raw_on(&mut s, enc(&format!("SET {k} {v}")).as_bytes(), 1).await;
-                if out == b"+OK\r\n" {
-                    acked.lock().unwrap().insert(k, v);
+                let pairs: Vec<(String, String)> = (0..depth as u64)
+                    .map(|j| (format!("w{w}:{}", (i + j) % 500), format!("{}", i + j)))
+                    .collect();
+                let req: String = pairs
+                    .iter()
+                    .map(|(k, v)| enc(&format!("SET {k} {v}")))
+                    .collect();
+                let out = support::raw_on(&mut s, req.as_bytes(), depth).await;
+                // Replies in order: the first `ok` writes were acknowledged.
+                let ok = out
+                    .split(|&b| b == b'\n')
+                    .take_while(|l| *l == b"+OK\r")
+                    .count();
+                let mut a = acked.lock().unwrap();
+                for (k, v) in pairs.into_iter().take(ok) {
+                    a.insert(k, v);
                 }
-                i += 1;
+                i += depth as u64;
             }
         }));
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
-    redis.lock().unwrap().signal("KILL");
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    {
-        let r = redis.clone();
-        tokio::task::spawn_blocking(move || r.lock().unwrap().restart())
-            .await
-            .unwrap();
+    match fault {
+        Fault::KillAndRestart => {
+            redis.lock().unwrap().signal("KILL");
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            {
+                let r = redis.clone();
+                tokio::task::spawn_blocking(move || r.lock().unwrap().restart())
+                    .await
+                    .unwrap();
+            }
+        }
+        Fault::ClientKills => {
+            let kill = enc("CLIENT KILL TYPE normal SKIPME yes");
+            for _ in 0..40 {
+                raw(&upstream_addr, kill.as_bytes(), 1).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     stop.store(true, Ordering::Relaxed);
@@ -259,6 +318,11 @@ async fn upstream_crash_loses_no_acknowledged_write() {
         w.await.unwrap();
     }
     drained(&proxy.addr.to_string()).await;
+    if extra.contains(&"--write-pipeline") {
+        let info = raw(&proxy.addr.to_string(), b"INFO writebehind\r\n", 1).await;
+        let ahead = info_field(&String::from_utf8_lossy(&info), "write_batches_ahead");
+        assert!(ahead > 0, "no batch was ever sent ahead");
+    }
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() > 100);
     for (k, v) in &acked {

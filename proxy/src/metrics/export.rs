@@ -93,6 +93,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_writes_failed_total", C, &[], "Queued writes upstream refused for good (their keys are dropped from the L1)."),
     fam("sidecache_writes_refused_total", C, &[], "Writes refused because the queue stayed full for --write-queue-timeout."),
     fam("sidecache_write_retries_total", C, &[], "Write-behind re-sends after connection loss, redirects or retryable errors."),
+    fam("sidecache_write_batches_ahead_total", C, &[], "Batches sent before the answers of earlier ones were in (--write-pipeline above 1)."),
     fam("sidecache_write_batch_size", H, &[], "Writes per upstream pipeline (count: batches; sum: writes settled, which lags the batches in flight)."),
     fam("sidecache_write_flush_duration_seconds", S, &[], "Time from acknowledging a write to upstream settling it (sum and count)."),
     fam("sidecache_write_flush_duration_max_seconds", G, &[], "Longest time from acknowledgement to settlement since start."),
@@ -463,6 +464,7 @@ fn collect_shared(s: &Shared, o: &mut Out) {
     o.counter("sidecache_writes_failed_total", &[], failed);
     o.counter("sidecache_writes_refused_total", &[], l(&ws.refused));
     o.counter("sidecache_write_retries_total", &[], l(&ws.retries));
+    o.counter("sidecache_write_batches_ahead_total", &[], l(&ws.ahead));
     // The pool's buckets: 1, 2–10, 11–50, 51–199, 200+.
     let mut acc = 0;
     let sizes: Vec<(f64, u64)> = [1.0, 10.0, 50.0, 199.0]
