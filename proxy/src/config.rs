@@ -173,6 +173,10 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_METRICS_LISTEN", value_name = "ADDR|off")]
     pub metrics_listen: Option<String>,
 
+    /// Worker threads of the runtime [default: the CPUs available].
+    #[arg(long, env = "SIDECACHE_THREADS", value_name = "N")]
+    pub threads: Option<usize>,
+
     /// Seconds to keep retrying an unreachable upstream at start (with
     /// /readyz answering 503) before giving up; 0 fails at once [default: 0].
     #[arg(long, env = "SIDECACHE_UPSTREAM_WAIT", value_name = "SECS")]
@@ -306,6 +310,8 @@ pub struct Config {
     pub metrics_listen_given: bool,
     /// How long to retry an unreachable upstream at start (zero: fail at once).
     pub upstream_wait: Duration,
+    /// Runtime worker threads; `None`: one per available CPU.
+    pub threads: Option<usize>,
     /// L1 cache settings.
     pub l1: L1Config,
     /// How SETs are acknowledged.
@@ -342,6 +348,7 @@ impl Options {
             log_format: self.log_format.or(file.log_format),
             metrics_listen: self.metrics_listen.or(file.metrics_listen),
             upstream_wait: self.upstream_wait.or(file.upstream_wait),
+            threads: self.threads.or(file.threads),
             write_mode: self.write_mode.or(file.write_mode),
             write_batch: self.write_batch.or(file.write_batch),
             write_pipeline: self.write_pipeline.or(file.write_pipeline),
@@ -528,6 +535,11 @@ impl Config {
             Some(v) => Duration::try_from_secs_f64(v)
                 .map_err(|_| err("--upstream-wait", format!("{v} is not a number of seconds")))?,
         };
+        if let Some(t) = o.threads {
+            if t == 0 || t > 1024 {
+                return Err(err("--threads", "must be between 1 and 1024"));
+            }
+        }
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
         if maxclients == 0 {
             return Err(err("--maxclients", "must be at least 1"));
@@ -586,6 +598,7 @@ impl Config {
             metrics_listen_given: o.metrics_listen.is_some(),
             metrics_listen,
             upstream_wait,
+            threads: o.threads,
         })
     }
 
@@ -609,7 +622,7 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -645,6 +658,8 @@ impl Config {
             self.metrics_listen
                 .map_or_else(|| "off".to_owned(), |a| a.to_string()),
             self.upstream_wait,
+            self.threads
+                .map_or_else(|| "auto".to_owned(), |t| t.to_string()),
             self.log_level,
             self.log_format,
         )
@@ -723,6 +738,11 @@ mod tests {
         ]))
         .expect_err("bad");
         assert_eq!(e.key, "--proto-max-bulk-len");
+        for bad in ["0", "1025"] {
+            let e = Config::from_options(opts(&["--upstream", "redis://h", "--threads", bad]))
+                .expect_err("out of range");
+            assert_eq!(e.key, "--threads");
+        }
         for bad in ["0", "65"] {
             let e =
                 Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", bad]))

@@ -476,6 +476,16 @@ impl ProxyProcess {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Threads named as tokio names its runtime workers (Linux /proc).
+    pub fn runtime_threads(&self) -> usize {
+        let dir = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(dir)
+            .expect("/proc task list")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim() == "tokio-rt-worker")
+            .count()
+    }
+
     /// SIGTERM, then the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let ok = Command::new("kill")

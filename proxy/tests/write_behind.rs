@@ -120,9 +120,27 @@ async fn writes_then_forwarded_commands_keep_order() {
 /// second value must win), then SIGTERM: exit 0 and everything upstream.
 #[test]
 fn sigterm_flushes_every_acknowledged_write() {
+    sigterm_after_writes(&[]);
+}
+
+/// The same on a one-thread runtime (`--threads 1`): every task of the
+/// write path shares one worker and nothing waits on another thread.
+#[test]
+fn one_worker_thread_flushes_every_acknowledged_write() {
+    sigterm_after_writes(&["--threads", "1"]);
+}
+
+fn sigterm_after_writes(extra: &[&str]) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisServer::start(&[]);
-    let proxy = ProxyProcess::start(&redis.url(), &[]);
+    let proxy = ProxyProcess::start(&redis.url(), extra);
+    if let Some(pos) = extra.iter().position(|a| *a == "--threads") {
+        assert_eq!(
+            proxy.runtime_threads(),
+            extra[pos + 1].parse::<usize>().unwrap(),
+            "worker threads"
+        );
+    }
     let keys = 50_000usize;
     rt.block_on(async {
         let mut tasks = Vec::new();
