@@ -262,7 +262,9 @@ pub struct WriteQueue {
     flushed: watch::Sender<u64>,
     /// Told when a whole batch is waiting (the batcher may send it ahead).
     full: Arc<Notify>,
-    batch: usize,
+    /// Writes waiting that make a whole batch; `None` with
+    /// `--write-pipeline 1` (nothing is sent ahead, nobody to tell).
+    ahead_at: Option<usize>,
 }
 
 /// Waits until the writes queued before it was taken have been flushed.
@@ -306,9 +308,11 @@ impl WriteQueue {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         tx.try_send(item).map_err(|_| Error::Closed)?;
         self.enqueued.fetch_add(1, Ordering::AcqRel);
-        let waiting = tx.max_capacity() - tx.capacity();
+        let whole = self
+            .ahead_at
+            .is_some_and(|at| tx.max_capacity() - tx.capacity() >= at);
         drop(tx);
-        if waiting >= self.batch {
+        if whole {
             self.full.notify_one();
         }
         wb.depth.fetch_add(1, Ordering::Relaxed);
@@ -336,7 +340,7 @@ impl WriteQueue {
             enqueued: AtomicU64::new(0),
             flushed,
             full: Arc::clone(&full),
-            batch: wb.cfg.batch.max(1),
+            ahead_at: (wb.cfg.pipeline > 1).then(|| wb.cfg.batch.max(1)),
         };
         let flushed_tx = q.flushed.clone();
         wb.live.fetch_add(1, Ordering::Relaxed);
