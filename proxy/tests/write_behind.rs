@@ -265,10 +265,46 @@ enum Fault {
     ClientKills,
 }
 
-/// Writers (`depth` SETs per round trip, over 500 keys each, values
-/// increasing) while the upstream is killed and restarted; then every key
-/// upstream holds its last acknowledged value.
-async fn crash_during_writes(extra: &[&str], depth: usize, fault: Fault) {
+/// Writes `prefix:N` keys (N cycling over `keys`) with increasing values,
+/// `depth` SETs per round trip, pausing `pause` between round trips, until
+/// `stop`; every write answered `+OK` is recorded in `acked`.
+async fn writer(
+    addr: String,
+    prefix: String,
+    keys: u64,
+    depth: u64,
+    pause: Duration,
+    acked: Arc<Mutex<HashMap<String, String>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let batch: Vec<(String, String)> = (0..depth)
+            .map(|j| (format!("{prefix}:{}", (i + j) % keys), format!("{}", i + j)))
+            .collect();
+        let input: String = batch
+            .iter()
+            .map(|(k, v)| enc(&format!("SET {k} {v}")))
+            .collect();
+        let out = support::raw_on(&mut s, input.as_bytes(), batch.len()).await;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        for ((k, v), reply) in batch.into_iter().zip(text.split_inclusive("\r\n")) {
+            if reply == "+OK\r\n" {
+                acked.lock().unwrap().insert(k, v);
+            }
+        }
+        i += depth;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Four writers (`depth` SETs per round trip, over 500 keys each, values
+/// increasing) while `fault` hits the upstream; then every key upstream
+/// holds its last acknowledged value.
+async fn crash_during_writes(extra: &[&str], depth: u64, fault: Fault) {
     let redis = Arc::new(Mutex::new(RedisServer::start(&[
         "--appendonly",
         "yes",
@@ -285,30 +321,15 @@ async fn crash_during_writes(extra: &[&str], depth: usize, fault: Fault) {
     let mut writers = Vec::new();
     for w in 0..4 {
         let (acked, stop, addr) = (acked.clone(), stop.clone(), proxy.addr.to_string());
-        writers.push(tokio::spawn(async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let pairs: Vec<(String, String)> = (0..depth as u64)
-                    .map(|j| (format!("w{w}:{}", (i + j) % 500), format!("{}", i + j)))
-                    .collect();
-                let req: String = pairs
-                    .iter()
-                    .map(|(k, v)| enc(&format!("SET {k} {v}")))
-                    .collect();
-                let out = support::raw_on(&mut s, req.as_bytes(), depth).await;
-                // Replies in order: the first `ok` writes were acknowledged.
-                let ok = out
-                    .split(|&b| b == b'\n')
-                    .take_while(|l| *l == b"+OK\r")
-                    .count();
-                let mut a = acked.lock().unwrap();
-                for (k, v) in pairs.into_iter().take(ok) {
-                    a.insert(k, v);
-                }
-                i += depth as u64;
-            }
-        }));
+        writers.push(tokio::spawn(writer(
+            addr,
+            format!("w{w}"),
+            500,
+            depth,
+            Duration::ZERO,
+            acked,
+            stop,
+        )));
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
     match fault {
@@ -665,30 +686,17 @@ async fn cluster_failover_loses_no_acknowledged_write() {
     }
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
+    let writing = {
         let (acked, stop, addr) = (acked.clone(), stop.clone(), proxy.addr.to_string());
-        tokio::spawn(async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let batch: Vec<(String, String)> = (0..20)
-                    .map(|j| (format!("f:{}", (i + j) % 3000), format!("{}", i + j)))
-                    .collect();
-                let input: String = batch
-                    .iter()
-                    .map(|(k, v)| enc(&format!("SET {k} {v}")))
-                    .collect();
-                let out = support::raw_on(&mut s, input.as_bytes(), batch.len()).await;
-                let text = String::from_utf8_lossy(&out).into_owned();
-                for ((k, v), reply) in batch.into_iter().zip(text.split_inclusive("\r\n")) {
-                    if reply == "+OK\r\n" {
-                        acked.lock().unwrap().insert(k, v);
-                    }
-                }
-                i += 20;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
+        tokio::spawn(writer(
+            addr,
+            "f".into(),
+            3000,
+            20,
+            Duration::from_millis(2),
+            acked,
+            stop,
+        ))
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A coordinated failover (no data loss in Redis itself); asked again if
@@ -710,7 +718,7 @@ async fn cluster_failover_loses_no_acknowledged_write() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
-    writer.await.unwrap();
+    writing.await.unwrap();
     drained(&proxy.addr.to_string()).await;
     let acked = acked.lock().unwrap().clone();
     assert!(
