@@ -34,6 +34,12 @@ for p in "$AP" "$BP"; do
     echo "sidecache on port $p did not start:" >&2; cat "$WORK"/a.log "$WORK"/b.log >&2; exit 1
   fi
 done
+# Every key exists (GET measures hits, as bench/run.sh does), and before
+# each GET run the target reads every key once (a warm L1).
+VALUE="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
+awk -v n="$KEYSPACE" -v v="$VALUE" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
+  timeout 300 redis-cli -p "$RP" --pipe >/dev/null
+awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' >"$WORK/warm.txt"
 declare -A R
 names=(redis A B); ports=("$RP" "$AP" "$BP")
 for round in $(seq "$ROUNDS"); do
@@ -41,6 +47,9 @@ for round in $(seq "$ROUNDS"); do
     for P in $PIPELINES; do
       for i in 0 1 2; do
         j=$(( (i + round) % 3 ))
+        if [ "$t" = get ]; then
+          timeout 300 redis-cli -p "${ports[$j]}" --pipe <"$WORK/warm.txt" >/dev/null
+        fi
         rps=$(timeout 300 redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
               -n "$N" -P "$P" -t "$t" -q --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"')
         echo "round $round ${names[$j]} $t -P $P: $rps"

@@ -384,6 +384,24 @@ if [[ "$WARM" == 1 ]]; then
   awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' >"$WARM_FILE"
 fi
 
+# Every key of the keyspace exists before the first run, so GET and MGET
+# measure hits (a GET of a missing key is a miss for a cache: it goes
+# upstream every time) and every target reads the same data. Written to
+# Redis directly (per key with redirects followed, for a cluster).
+populate() {
+  local value
+  value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
+  if [[ "$TOPOLOGY" == cluster ]]; then
+    awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\n", i, v }' |
+      timeout "$RUN_TIMEOUT" redis-cli -c -p "$REDIS_PORT" >/dev/null
+  else
+    awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
+      timeout "$RUN_TIMEOUT" redis-cli -p "$REDIS_PORT" --pipe >/dev/null
+  fi
+}
+log "writing the $KEYSPACE keys of the keyspace to Redis"
+populate || die "could not write the keyspace to Redis"
+
 # warm TARGET: read every key once through the target before a GET run, so
 # that a caching proxy is measured warm (as its users run it) and every
 # target sees the same load.
