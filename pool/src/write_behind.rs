@@ -14,8 +14,11 @@
 //! One batcher per (node, database) sends batches in queue order on one
 //! connection, so writes to one key reach upstream in the order they were
 //! queued. A batch is sent as soon as there is a write (no artificial wait
-//! when idle); while it is out, the queue fills and the next batch grows to
-//! `--write-batch`. With `--write-pipeline N` (default 1), when a whole
+//! when idle: no timer; when fewer than a quarter of `--write-batch` are
+//! waiting, the batcher first lets the runtime serve its ready connections
+//! up to twice, so writes already read join this batch instead of waiting
+//! a round trip for the next); while it is out, the queue fills and the
+//! next batch grows to `--write-batch`. With `--write-pipeline N` (default 1), when a whole
 //! batch more is already waiting (sustained load) it is sent before the
 //! answers of the earlier ones are in, up to N batches out at once, so the
 //! flush rate is not one batch per round trip (at the price of up to
@@ -47,6 +50,11 @@ use tracing::error;
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
 use crate::mux::{MuxConn, Replies};
+
+/// How many times a batcher holding a small batch lets the runtime serve
+/// other tasks before sending it (measured: `bench/ab.sh`, SET `-P 1`
+/// ~6% faster, with fewer, fuller batches upstream).
+const GATHER_TURNS: usize = 2;
 use crate::redirect::{self, Action};
 use crate::resp;
 use crate::slot::Slot;
@@ -440,6 +448,18 @@ impl Batcher {
                             Ok(Some(q)) => batch.push(q),
                             _ => break,
                         }
+                    }
+                } else {
+                    // A small batch: let the runtime go round its ready
+                    // connections (at most twice) first, so the writes of
+                    // requests already read join this batch rather than
+                    // waiting a round trip for the next. No timer: idle,
+                    // this costs two passes of the scheduler.
+                    for _ in 0..GATHER_TURNS {
+                        if self.rx.len() >= max / 4 {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
                     }
                 }
                 self.take_queued(&mut batch, max);

@@ -159,6 +159,14 @@ async fn ask_during_and_moved_after_slot_migration() {
     let mut c = proxy.conn().await;
     let key = "migrating-key";
     let _: () = c.set(key, "before").await.unwrap();
+    // A forwarded command waits for the queued write: the key is on its
+    // master before the (blocking) redis-cli calls below migrate it.
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
     let slot = sidecache_pool::Slot::for_key(key.as_bytes())
         .get()
         .to_string();
