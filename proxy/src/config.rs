@@ -173,7 +173,8 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_METRICS_LISTEN", value_name = "ADDR|off")]
     pub metrics_listen: Option<String>,
 
-    /// Worker threads of the runtime [default: the CPUs available].
+    /// Worker threads of the runtime [default: the CPUs available less one
+    /// (left to the application beside it), at least 1].
     #[arg(long, env = "SIDECACHE_THREADS", value_name = "N")]
     pub threads: Option<usize>,
 
@@ -310,8 +311,8 @@ pub struct Config {
     pub metrics_listen_given: bool,
     /// How long to retry an unreachable upstream at start (zero: fail at once).
     pub upstream_wait: Duration,
-    /// Runtime worker threads; `None`: one per available CPU.
-    pub threads: Option<usize>,
+    /// Runtime worker threads.
+    pub threads: usize,
     /// L1 cache settings.
     pub l1: L1Config,
     /// How SETs are acknowledged.
@@ -535,10 +536,9 @@ impl Config {
             Some(v) => Duration::try_from_secs_f64(v)
                 .map_err(|_| err("--upstream-wait", format!("{v} is not a number of seconds")))?,
         };
-        if let Some(t) = o.threads {
-            if t == 0 || t > 1024 {
-                return Err(err("--threads", "must be between 1 and 1024"));
-            }
+        let threads = o.threads.unwrap_or_else(default_threads);
+        if threads == 0 || threads > 1024 {
+            return Err(err("--threads", "must be between 1 and 1024"));
         }
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
         if maxclients == 0 {
@@ -598,7 +598,7 @@ impl Config {
             metrics_listen_given: o.metrics_listen.is_some(),
             metrics_listen,
             upstream_wait,
-            threads: o.threads,
+            threads,
         })
     }
 
@@ -658,12 +658,21 @@ impl Config {
             self.metrics_listen
                 .map_or_else(|| "off".to_owned(), |a| a.to_string()),
             self.upstream_wait,
-            self.threads
-                .map_or_else(|| "auto".to_owned(), |t| t.to_string()),
+            self.threads,
             self.log_level,
             self.log_format,
         )
     }
+}
+
+/// The default worker threads: one per CPU this process may use (cgroup
+/// quotas count), less one left to the application it runs beside, at
+/// least one. On 2 CPUs that is one thread, which measured faster at
+/// `-P 1` for GET hits and SET than two (`bench/ab.sh`, README).
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get().saturating_sub(1))
+        .max(1)
 }
 
 fn read_file(path: &Path) -> Result<Options, ConfigError> {
@@ -752,6 +761,16 @@ mod tests {
         let c = Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", "4"]))
             .expect("valid");
         assert_eq!(c.upstream.write.pipeline, 4);
+    }
+
+    #[test]
+    fn threads_default_to_the_cpus_less_one() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
+        assert_eq!(c.threads, cpus.saturating_sub(1).max(1));
+        let c = Config::from_options(opts(&["--upstream", "redis://h", "--threads", "3"]))
+            .expect("valid");
+        assert_eq!(c.threads, 3);
     }
 
     #[test]

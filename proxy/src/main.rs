@@ -32,11 +32,11 @@ fn main() -> std::process::ExitCode {
             .with_target(false)
             .init(),
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = config.threads {
-        builder.worker_threads(n);
-    }
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sidecache: cannot start the runtime: {e}");
