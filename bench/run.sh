@@ -26,8 +26,8 @@
 #                     upstream) and mget (MGET of 10 random keys)
 #   QUICK=1 (or --quick) a short run (N=20000, ROUNDS=1, TESTS=get,set,mget):
 #                     checks the set-up in well under 2 minutes
-#   WARM=1            before each GET run, read every key once through the
-#                     target (redis-cli --pipe), so caches are measured warm
+#   WARM=1            before each GET run, read every key once through a
+#                     sidecache target (redis-cli --pipe): its L1 is warm
 #   ROUNDS=3          rounds; the median over rounds is reported
 #   PIPELINES="1 16"  pipeline depths (-P) to run
 #   CLIENTS=50        parallel connections (-c)
@@ -402,11 +402,13 @@ populate() {
 log "writing the $KEYSPACE keys of the keyspace to Redis"
 populate || die "could not write the keyspace to Redis"
 
-# warm TARGET: read every key once through the target before a GET run, so
-# that a caching proxy is measured warm (as its users run it) and every
-# target sees the same load.
+# warm TARGET: read every key once through a sidecache target before a GET
+# run, so that the cache is measured warm (as its users run it).
 warm() {
   [[ "$WARM" == 1 ]] || return 0
+  # Only a cache has anything to warm (twemproxy also refuses the ECHO
+  # that ends redis-cli --pipe).
+  [[ "$1" == sidecache* ]] || return 0
   local where=(-h 127.0.0.1 -p "${PORT[$1]}")
   [[ -n "${SOCKET[$1]:-}" ]] && where=(-s "${SOCKET[$1]}")
   timeout "$RUN_TIMEOUT" redis-cli "${where[@]}" --pipe <"$WARM_FILE" >/dev/null 2>>"$WORKDIR/redis-benchmark.log" ||
