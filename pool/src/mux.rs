@@ -9,7 +9,11 @@
 //! ```
 //!
 //! Many client connections share one upstream connection; the writer
-//! coalesces whatever is queued into one write, the reader hands each
+//! coalesces whatever is queued into one write (with fewer than
+//! `GATHER_BELOW` commands in hand, it first lets the runtime serve its
+//! ready connections, at most twice, so that requests already read join
+//! the write: one upstream write and one upstream read for many unpipelined
+//! clients), the reader hands each
 //! request's replies back in order (Redis answers in order on a connection).
 //! A supervisor reconnects with backoff; while disconnected, requests fail
 //! fast instead of piling up.
@@ -41,6 +45,14 @@ const QUEUE: usize = 1024;
 const INFLIGHT: usize = 8192;
 /// Stop coalescing queued requests into one write past this many bytes.
 const MAX_WRITE: usize = 256 * 1024;
+/// Commands in hand below which the writer lets the runtime serve other
+/// tasks before writing, so that requests of other clients already read
+/// share the write (measured with `bench/ab.sh`: INCR `-P 1` 0.70x -> 0.90x
+/// of direct Redis, LPUSH 0.63x -> 0.76x; `-P 16` 0.94x -> 0.99x and
+/// 0.65x -> 0.70x).
+const GATHER_BELOW: usize = 16;
+/// At most this many such passes before a write.
+const GATHER_TURNS: usize = 2;
 
 /// The replies of one request, one frame per command, in order.
 pub type Replies = Vec<Bytes>;
@@ -271,19 +283,33 @@ async fn run_connected(
             return None;
         };
         let mut next = Some(first);
-        while let Some(req) = next.take() {
-            wbuf.extend_from_slice(&req.payload);
-            let entry = Inflight {
-                count: req.count,
-                frames: Vec::with_capacity(req.count),
-                sink: Sink::Caller(req.reply),
-            };
-            if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
-                entry.sink.fail(lost("reader stopped".into()));
+        let mut taken = 0usize;
+        let mut turns = 0usize;
+        loop {
+            while let Some(req) = next.take() {
+                wbuf.extend_from_slice(&req.payload);
+                taken += req.count;
+                let entry = Inflight {
+                    count: req.count,
+                    frames: Vec::with_capacity(req.count),
+                    sink: Sink::Caller(req.reply),
+                };
+                if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
+                    entry.sink.fail(lost("reader stopped".into()));
+                }
+                if wbuf.len() < MAX_WRITE {
+                    next = rx.try_recv().ok();
+                }
             }
-            if wbuf.len() < MAX_WRITE {
-                next = rx.try_recv().ok();
+            // Few commands in hand: let the runtime serve its ready
+            // connections first (at most twice; no timer), so requests
+            // already read from other clients share this write.
+            if turns == GATHER_TURNS || taken >= GATHER_BELOW || wbuf.len() >= MAX_WRITE {
+                break;
             }
+            turns += 1;
+            tokio::task::yield_now().await;
+            next = rx.try_recv().ok();
         }
         if let Err(e) = wr.write_all(&wbuf).await {
             drop(inflight_tx);
