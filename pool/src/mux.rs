@@ -60,6 +60,9 @@ pub type Replies = Vec<Bytes>;
 struct Request {
     payload: Bytes,
     count: usize,
+    /// Already a batch its sender gathered (write-behind): written without
+    /// waiting for other requests to join it.
+    gathered: bool,
     reply: oneshot::Sender<Result<Replies>>,
 }
 
@@ -127,11 +130,34 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
+        self.enqueue(payload, count, false).await
+    }
+
+    /// Like [`MuxConn::submit`], for a batch the caller already gathered:
+    /// the writer sends it without waiting for other requests to join.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] if the connection task is gone.
+    pub async fn submit_gathered(
+        &self,
+        payload: Bytes,
+        count: usize,
+    ) -> Result<oneshot::Receiver<Result<Replies>>> {
+        self.enqueue(payload, count, true).await
+    }
+
+    async fn enqueue(
+        &self,
+        payload: Bytes,
+        count: usize,
+        gathered: bool,
+    ) -> Result<oneshot::Receiver<Result<Replies>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Request {
                 payload,
                 count,
+                gathered,
                 reply,
             })
             .await
@@ -285,10 +311,12 @@ async fn run_connected(
         let mut next = Some(first);
         let mut taken = 0usize;
         let mut turns = 0usize;
+        let mut gathered = false;
         loop {
             while let Some(req) = next.take() {
                 wbuf.extend_from_slice(&req.payload);
                 taken += req.count;
+                gathered |= req.gathered;
                 let entry = Inflight {
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
@@ -304,7 +332,8 @@ async fn run_connected(
             // Few commands in hand: let the runtime serve its ready
             // connections first (at most twice; no timer), so requests
             // already read from other clients share this write.
-            if turns == GATHER_TURNS || taken >= GATHER_BELOW || wbuf.len() >= MAX_WRITE {
+            if gathered || turns == GATHER_TURNS || taken >= GATHER_BELOW || wbuf.len() >= MAX_WRITE
+            {
                 break;
             }
             turns += 1;

@@ -19,10 +19,12 @@
 //! up to twice, so writes already read join this batch instead of waiting
 //! a round trip for the next); while it is out, the queue fills and the
 //! next batch grows to `--write-batch`. With `--write-pipeline N` (default
-//! 1), when a whole batch more is already waiting (sustained load) it is sent before the
-//! answers of the earlier ones are in, up to N batches out at once, so the
-//! flush rate is not one batch per round trip (at the price of up to
-//! N × `--write-batch` commands outstanding on the connection).
+//! 1), when a whole batch more is already waiting (sustained load) it is
+//! sent before the answers of the earlier ones are in, up to N batches out
+//! at once, so the flush rate is not one batch per round trip (at the price
+//! of up to N × `--write-batch` commands outstanding on the connection).
+//! A batch goes to the connection as gathered: the connection's writer does
+//! not wait for other requests to join it.
 //!
 //! Answers are settled in send order. If a batch's connection broke, that
 //! batch and every batch sent after it are sent again, one at a time, in
@@ -552,7 +554,7 @@ impl Batcher {
             payload.freeze()
         };
         tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
-        let replies = self.conn.submit(payload.clone(), n).await.ok();
+        let replies = self.conn.submit_gathered(payload.clone(), n).await.ok();
         Sent {
             batch,
             payload,
