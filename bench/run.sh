@@ -221,10 +221,16 @@ port_in_use() {
 # Sets PICKED (not echoed: a $(...) subshell would lose USED_PORTS, and a
 # cluster node's bus port could then be handed out again).
 PICKED=""
+# Ports come from below the kernel's ephemeral range (a client connection's
+# local port there, even one the probe cannot see, would make a listener's
+# bind fail; a cluster node's bus port is its port + 10000).
+EPHEMERAL_LOW="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
 pick_port() { # pick_port [needs_bus]
-  local needs_bus="${1:-0}" p tries
+  local needs_bus="${1:-0}" p tries top="$EPHEMERAL_LOW"
+  [[ "$needs_bus" == 1 ]] && top=$((EPHEMERAL_LOW - 10000))
+  ((top > 11000)) || die "the ephemeral port range starts too low ($EPHEMERAL_LOW) for free ports below it"
   for ((tries = 0; tries < 500; tries++)); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((10000 + RANDOM % (top - 10000)))
     port_in_use "$p" && continue
     if [[ "$needs_bus" == 1 ]]; then
       port_in_use $((p + 10000)) && continue
