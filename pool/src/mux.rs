@@ -51,8 +51,9 @@ const MAX_WRITE: usize = 256 * 1024;
 /// of direct Redis, LPUSH 0.63x -> 0.76x; `-P 16` 0.94x -> 0.99x and
 /// 0.65x -> 0.70x).
 const GATHER_BELOW: usize = 16;
-/// At most this many such passes before a write.
-const GATHER_TURNS: usize = 2;
+/// At most this many such passes before a write (also the write-behind
+/// batcher's, before it takes a small batch).
+pub(crate) const GATHER_TURNS: usize = 2;
 
 /// The replies of one request, one frame per command, in order.
 pub type Replies = Vec<Bytes>;
@@ -330,10 +331,10 @@ async fn run_connected(
                 }
             }
             // Few commands in hand: let the runtime serve its ready
-            // connections first (at most twice; no timer), so requests
-            // already read from other clients share this write.
-            if gathered || turns == GATHER_TURNS || taken >= GATHER_BELOW || wbuf.len() >= MAX_WRITE
-            {
+            // connections first (no timer), so requests already read from
+            // other clients share this write.
+            let enough = gathered || taken >= GATHER_BELOW || wbuf.len() >= MAX_WRITE;
+            if enough || turns == GATHER_TURNS {
                 break;
             }
             turns += 1;
