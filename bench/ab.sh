@@ -4,6 +4,12 @@
 # interleaved (the order rotates every round). For "prove it before and
 # after" on hot-path changes.
 #
+# Each target has a Redis of its own (same settings): direct Redis is
+# measured with no sidecache attached, because an attached sidecache's
+# tracking (Redis recording every written key for its broadcast, sidecache
+# reading the invalidations) costs CPU on this shared machine during the
+# direct run and would flatter the ratios.
+#
 #   bench/ab.sh /path/to/sidecache-before /path/to/sidecache-after
 #
 # Knobs: TESTS=set  PIPELINES="1 16"  ROUNDS=5  N=200000  CLIENTS=50
@@ -19,13 +25,20 @@ WORK="$(mktemp -d)"; PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-RP=$(port); AP=$(port); BP=$(port)
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null 2>&1 & PIDS+=($!)
-sleep 0.5
+RP=$(port); RAP=$(port); RBP=$(port); AP=$(port); BP=$(port)
+for p in "$RP" "$RAP" "$RBP"; do
+  mkdir -p "$WORK/$p"
+  redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/$p" >/dev/null 2>&1 & PIDS+=($!)
+done
+for p in "$RP" "$RAP" "$RBP"; do
+  ok=0
+  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && { ok=1; break; }; sleep 0.1; done
+  [ "$ok" = 1 ] || { echo "redis-server on port $p did not start" >&2; exit 1; }
+done
 # Two instances on one host: their metrics endpoints must not collide.
-"$A" --listen "127.0.0.1:$AP" --upstream "redis://127.0.0.1:$RP" --log-level warn \
+"$A" --listen "127.0.0.1:$AP" --upstream "redis://127.0.0.1:$RAP" --log-level warn \
   --metrics-listen 127.0.0.1:0 ${ARGS_A:-} >"$WORK/a.log" 2>&1 & PIDS+=($!)
-"$B" --listen "127.0.0.1:$BP" --upstream "redis://127.0.0.1:$RP" --log-level warn \
+"$B" --listen "127.0.0.1:$BP" --upstream "redis://127.0.0.1:$RBP" --log-level warn \
   --metrics-listen 127.0.0.1:0 ${ARGS_B:-} >"$WORK/b.log" 2>&1 & PIDS+=($!)
 for p in "$AP" "$BP"; do
   ok=0
@@ -37,8 +50,10 @@ done
 # Every key exists (GET measures hits, as bench/run.sh does), and before
 # each GET run the target reads every key once (a warm L1).
 VALUE="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
-awk -v n="$KEYSPACE" -v v="$VALUE" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
-  timeout 300 redis-cli -p "$RP" --pipe >/dev/null
+awk -v n="$KEYSPACE" -v v="$VALUE" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' >"$WORK/fill.txt"
+for p in "$RP" "$RAP" "$RBP"; do
+  timeout 300 redis-cli -p "$p" --pipe <"$WORK/fill.txt" >/dev/null
+done
 awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' >"$WORK/warm.txt"
 declare -A R
 names=(redis A B); ports=("$RP" "$AP" "$BP")

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # bench/run.sh — side-by-side macro benchmark of sidecache.
 #
-# Starts, on free loopback ports, a throwaway upstream Redis (standalone, or a
-# 3-master cluster with TOPOLOGY=cluster), sidecache in front of it and, for
-# standalone only, twemproxy (nutcracker) in front of the same Redis. Then runs
+# Starts, on free loopback ports, a throwaway Redis (standalone, or a 3-master
+# cluster with TOPOLOGY=cluster) that redis-benchmark talks to directly and,
+# for standalone only, twemproxy (nutcracker) in front of it; and sidecache in
+# front of a second Redis (or cluster) of its own, with the same settings.
+# Sidecache gets its own upstream because its client tracking makes Redis
+# record every written key for the broadcast and makes sidecache read the
+# invalidations: on this shared machine that would cost CPU during the direct
+# and twemproxy runs and flatter sidecache's ratios. Then runs
 # the same redis-benchmark load against each target, interleaving the targets
 # inside every round (the starting target rotates per round so no target
 # always runs first or last) and reports the median requests/second per
@@ -275,6 +280,31 @@ start_redis() { # start_redis NAME PORT [extra args...]; sets LAST_PID
   wait_ready "$name" "$LAST_PID" "$port"
 }
 
+# start_cluster NAME — a 3-master cluster, nodes NAME-0..2; sets CLUSTER_PORTS.
+start_cluster() {
+  local name="$1" i p ok nodes=()
+  CLUSTER_PORTS=()
+  for i in 0 1 2; do
+    pick_port 1
+    p="$PICKED"
+    CLUSTER_PORTS+=("$p")
+    start_redis "$name-$i" "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-node-timeout 5000
+  done
+  for p in "${CLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$WORKDIR/$name-cluster-create.log" 2>&1 || { show_log "$name-cluster-create"; die "cluster create failed"; }
+  for _ in $(seq 1 300); do
+    ok=1
+    for p in "${CLUSTER_PORTS[@]}"; do
+      redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+    done
+    ((ok)) && break
+    sleep 0.1
+  done
+  ((ok)) || die "cluster did not reach cluster_state:ok within 30s"
+}
+
 # --------------------------------------------------------------------------
 # Set-up
 # --------------------------------------------------------------------------
@@ -297,27 +327,7 @@ if [[ "$TOPOLOGY" == standalone ]]; then
   PORT[redis]="$REDIS_PORT"
   BENCH_EXTRA[redis]=""
 else
-  CLUSTER_PORTS=()
-  for i in 0 1 2; do
-    pick_port 1
-    p="$PICKED"
-    CLUSTER_PORTS+=("$p")
-    start_redis "redis-$i" "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
-      --cluster-node-timeout 5000
-  done
-  nodes=()
-  for p in "${CLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$p"); done
-  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
-    >"$WORKDIR/cluster-create.log" 2>&1 || { show_log cluster-create; die "cluster create failed"; }
-  for _ in $(seq 1 300); do
-    ok=1
-    for p in "${CLUSTER_PORTS[@]}"; do
-      redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
-    done
-    ((ok)) && break
-    sleep 0.1
-  done
-  ((ok)) || die "cluster did not reach cluster_state:ok within 30s"
+  start_cluster redis
   REDIS_PORT="${CLUSTER_PORTS[0]}"
   log "redis      cluster 127.0.0.1:${CLUSTER_PORTS[*]}"
   TARGETS+=(redis)
@@ -327,6 +337,17 @@ fi
 
 declare -A SOCKET=() # target -> Unix socket redis-benchmark talks to instead
 if [[ "$SKIP_SIDECACHE" != 1 ]]; then
+  # sidecache's own upstream, like the direct one.
+  if [[ "$TOPOLOGY" == standalone ]]; then
+    pick_port
+    UPSTREAM_PORT="$PICKED"
+    start_redis upstream "$UPSTREAM_PORT"
+    log "upstream   127.0.0.1:$UPSTREAM_PORT (pid $LAST_PID), sidecache's"
+  else
+    start_cluster upstream
+    UPSTREAM_PORT="${CLUSTER_PORTS[0]}"
+    log "upstream   cluster 127.0.0.1:${CLUSTER_PORTS[*]}, sidecache's"
+  fi
   pick_port
   SC_PORT="$PICKED"
   pick_port
@@ -334,7 +355,7 @@ if [[ "$SKIP_SIDECACHE" != 1 ]]; then
   SC_SOCKET="$WORKDIR/sidecache.sock"
   start_bg sidecache "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --unix-socket "$SC_SOCKET" \
     --metrics-listen "127.0.0.1:$SC_METRICS_PORT" \
-    --upstream "redis://127.0.0.1:$REDIS_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
+    --upstream "redis://127.0.0.1:$UPSTREAM_PORT" --log-level warn "${EXTRA_SIDECACHE_ARGS[@]}"
   wait_ready sidecache "$LAST_PID" "$SC_PORT"
   log "sidecache  127.0.0.1:$SC_PORT and $SC_SOCKET (pid $LAST_PID)"
   TARGETS+=(sidecache)
@@ -394,19 +415,22 @@ fi
 # measure hits (a GET of a missing key is a miss for a cache: it goes
 # upstream every time) and every target reads the same data. Written to
 # Redis directly (per key with redirects followed, for a cluster).
-populate() {
+populate() { # populate PORT
   local value
   value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
   if [[ "$TOPOLOGY" == cluster ]]; then
     awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\n", i, v }' |
-      timeout "$RUN_TIMEOUT" redis-cli -c -p "$REDIS_PORT" >/dev/null
+      timeout "$RUN_TIMEOUT" redis-cli -c -p "$1" >/dev/null
   else
     awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
-      timeout "$RUN_TIMEOUT" redis-cli -p "$REDIS_PORT" --pipe >/dev/null
+      timeout "$RUN_TIMEOUT" redis-cli -p "$1" --pipe >/dev/null
   fi
 }
 log "writing the $KEYSPACE keys of the keyspace to Redis"
-populate || die "could not write the keyspace to Redis"
+populate "$REDIS_PORT" || die "could not write the keyspace to Redis"
+if [[ "$SKIP_SIDECACHE" != 1 ]]; then
+  populate "$UPSTREAM_PORT" || die "could not write the keyspace to sidecache's upstream"
+fi
 
 # warm TARGET: read every key once through a sidecache target before a GET
 # run, so that the cache is measured warm (as its users run it).
