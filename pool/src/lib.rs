@@ -41,4 +41,4 @@ pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConf
 pub use error::{Error, Result, Side};
 pub use slot::Slot;
 pub use upstream::{ServerInfo, Target, Upstream};
-pub use write_behind::{DrainReport, Keys, Write, WriteConfig, WriteListener};
+pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteConfig, WriteListener};

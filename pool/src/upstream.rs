@@ -370,7 +370,8 @@ impl Upstream {
         &self,
         node: &Node,
         write: Write,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        room: crate::write_behind::Reservation<'_>,
+        at: std::time::Instant,
     ) -> Result<()> {
         let db = write.db;
         let q = node
@@ -378,7 +379,7 @@ impl Upstream {
                 WriteQueue::spawn(self.clone(), node.addr().clone(), db, node.write_conn(db))
             })
             .ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
-        q.push(&self.inner.wb, write, permit)
+        q.push(&self.inner.wb, write, room, at)
     }
 
     /// When the slot's previous write-behind write was queued on another

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore, SemaphorePermit};
 use tracing::error;
 
 use crate::config::{NodeAddr, Proto, Session};
@@ -91,14 +91,34 @@ pub struct Write {
     pub db: u16,
     /// Slot of its keys (cluster), for re-routing after a redirect.
     pub slot: Option<Slot>,
-    /// The encoded command (`SET … PXAT …`, `MSET …`).
+    /// The encoded command (`SET key …`, `MSET key value …`).
     pub cmd: Bytes,
-    /// Its keys, reported if it fails for good.
-    pub keys: Keys,
 }
 
 /// The keys of one write (one, except for MSET): inline, no allocation.
 pub type Keys = smallvec::SmallVec<[Bytes; 1]>;
+
+impl Write {
+    /// Its keys (for a failure report, or the peer channel), read back
+    /// from the command: a queued write holds no other copy of them, nor a
+    /// reference into the client's read buffer.
+    pub fn keys(&self) -> Keys {
+        let Ok(Some(args)) = resp::array_elements(&self.cmd) else {
+            return Keys::new();
+        };
+        let bulk = |frame: &Bytes| -> Option<Bytes> {
+            let start = frame.iter().position(|&b| b == b'\n')? + 1;
+            let end = frame.len().checked_sub(2)?;
+            (start <= end).then(|| frame.slice(start..end))
+        };
+        let mset = args
+            .first()
+            .and_then(bulk)
+            .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
+        let step = if mset { 2 } else { usize::MAX };
+        args.iter().skip(1).step_by(step).filter_map(bulk).collect()
+    }
+}
 
 /// Told about writes that could not be applied upstream, so the proxy can
 /// stop serving values upstream never got.
@@ -132,10 +152,17 @@ pub struct WriteStats {
     pub refused: AtomicU64,
 }
 
+/// Room in the write-behind queues, taken by [`WriteBehind::reserve`] and
+/// given to [`WriteQueue::push`]. Dropped unused, the room is freed.
+#[derive(Debug)]
+pub struct Reservation<'a>(SemaphorePermit<'a>);
+
 /// Shared write-behind state (one per upstream).
 pub struct WriteBehind {
     cfg: WriteConfig,
-    permits: Arc<Semaphore>,
+    /// One permit per write that may be queued; a queued write's permit is
+    /// given back when its batch is settled (one release per batch).
+    permits: Semaphore,
     depth: AtomicUsize,
     /// Counters.
     pub stats: WriteStats,
@@ -168,7 +195,7 @@ impl WriteBehind {
     /// Write-behind state with `cfg`.
     pub fn new(cfg: WriteConfig) -> WriteBehind {
         WriteBehind {
-            permits: Arc::new(Semaphore::new(cfg.queue_max.max(1))),
+            permits: Semaphore::new(cfg.queue_max.max(1)),
             cfg,
             depth: AtomicUsize::new(0),
             stats: WriteStats::default(),
@@ -206,7 +233,7 @@ impl WriteBehind {
     /// # Errors
     /// [`Error::QueueFull`] when no space freed up in time;
     /// [`Error::Closed`] when shutting down.
-    pub async fn reserve(&self) -> Result<OwnedSemaphorePermit> {
+    pub async fn reserve(&self) -> Result<Reservation<'_>> {
         self.reserve_within(self.cfg.queue_timeout).await
     }
 
@@ -215,16 +242,15 @@ impl WriteBehind {
     ///
     /// # Errors
     /// As [`WriteBehind::reserve`].
-    pub async fn reserve_within(&self, wait: Duration) -> Result<OwnedSemaphorePermit> {
+    pub async fn reserve_within(&self, wait: Duration) -> Result<Reservation<'_>> {
         if self.closing.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let permits = Arc::clone(&self.permits);
-        if let Ok(p) = permits.clone().try_acquire_owned() {
-            return Ok(p);
+        if let Ok(p) = self.permits.try_acquire() {
+            return Ok(Reservation(p));
         }
-        match tokio::time::timeout(wait, permits.acquire_owned()).await {
-            Ok(Ok(p)) => Ok(p),
+        match tokio::time::timeout(wait, self.permits.acquire()).await {
+            Ok(Ok(p)) => Ok(Reservation(p)),
             Ok(Err(_)) => Err(Error::Closed),
             Err(_) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -253,10 +279,11 @@ impl WriteBehind {
     }
 }
 
+/// A queued write. Its queue permit was forgotten when it was queued and
+/// is given back with its batch's ([`Batcher::settle_batch`]).
 struct Queued {
     write: Write,
     at: Instant,
-    _permit: OwnedSemaphorePermit,
 }
 
 /// The queue of one (node, database).
@@ -300,18 +327,22 @@ impl WriteQueue {
         })
     }
 
-    /// Queues a write (the permit came from [`WriteBehind::reserve`]).
+    /// Queues a write (the room came from [`WriteBehind::reserve`]; `at`
+    /// is when it was acknowledged, for the flush latency).
     ///
     /// # Errors
-    /// [`Error::Closed`] if the batcher is gone.
-    pub fn push(&self, wb: &WriteBehind, write: Write, permit: OwnedSemaphorePermit) -> Result<()> {
-        let item = Queued {
-            write,
-            at: Instant::now(),
-            _permit: permit,
-        };
+    /// [`Error::Closed`] if the batcher is gone (the room is freed).
+    pub fn push(
+        &self,
+        wb: &WriteBehind,
+        write: Write,
+        room: Reservation<'_>,
+        at: Instant,
+    ) -> Result<()> {
+        let item = Queued { write, at };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         tx.try_send(item).map_err(|_| Error::Closed)?;
+        room.0.forget();
         self.enqueued.fetch_add(1, Ordering::AcqRel);
         let whole = self
             .ahead_at
@@ -584,22 +615,31 @@ impl Batcher {
         let up = self.up.clone();
         let wb = up.write_behind();
         let n = batch.len();
+        let mut ok = 0u64;
         for (q, reply) in batch.iter().zip(replies) {
-            self.settle(&q.write, reply).await;
+            // The common answer, `+OK`, needs no redirect or error check.
+            if reply.first() == Some(&b'+') {
+                ok += 1;
+            } else {
+                self.settle(&q.write, reply).await;
+            }
         }
+        wb.stats.flushed.fetch_add(ok, Ordering::Relaxed);
         if up.peer().is_some() {
-            let keys: Vec<Bytes> = batch
-                .iter()
-                .flat_map(|q| q.write.keys.iter().cloned())
-                .collect();
+            let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();
             up.publish_written(Some(&keys)).await;
         }
         let now = Instant::now();
+        let (mut sum, mut max) = (0u64, 0u64);
         for q in batch.drain(..) {
             let us = now.duration_since(q.at).as_micros() as u64;
-            wb.stats.latency_us_sum.fetch_add(us, Ordering::Relaxed);
-            wb.stats.latency_us_max.fetch_max(us, Ordering::Relaxed);
+            sum += us;
+            max = max.max(us);
         }
+        wb.stats.latency_us_sum.fetch_add(sum, Ordering::Relaxed);
+        wb.stats.latency_us_max.fetch_max(max, Ordering::Relaxed);
+        // The batch's room in the queues, in one release.
+        wb.permits.add_permits(n);
         self.done += n as u64;
         tracing::debug!(db = self.db, done = self.done, "batch done");
         wb.depth.fetch_sub(n, Ordering::Relaxed);
@@ -655,14 +695,14 @@ impl Batcher {
             }
             let text = String::from_utf8_lossy(text).into_owned();
             wb.stats.failed.fetch_add(1, Ordering::Relaxed);
-            let keys: Vec<String> = w
-                .keys
+            let keys = w.keys();
+            let names: Vec<String> = keys
                 .iter()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
                 .collect();
-            error!(db = w.db, keys = ?keys, error = %text, "write-behind write failed for good");
+            error!(db = w.db, keys = ?names, error = %text, "write-behind write failed for good");
             if let Some(l) = wb.listener() {
-                l.failed(w.db, &w.keys, &text);
+                l.failed(w.db, &keys, &text);
             }
             return;
         }
@@ -672,4 +712,58 @@ impl Batcher {
 fn error_reply(e: &Error) -> Bytes {
     let text = e.to_string().replace(['\r', '\n'], " ");
     Bytes::from(format!("-ERR upstream {text}\r\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(args: &[&str]) -> Write {
+        let mut out = BytesMut::new();
+        resp::encode_command(&mut out, args);
+        Write {
+            db: 0,
+            slot: None,
+            cmd: out.freeze(),
+        }
+    }
+
+    #[test]
+    fn keys_are_read_back_from_the_command() {
+        let k = |w: &Write| -> Vec<Bytes> { w.keys().into_vec() };
+        assert_eq!(k(&write(&["SET", "a", "1"])), vec![Bytes::from("a")]);
+        assert_eq!(
+            k(&write(&["SET", "a b\r\n", "1", "PXAT", "123"])),
+            vec![Bytes::from("a b\r\n")]
+        );
+        assert_eq!(
+            k(&write(&["MSET", "a", "1", "b", "", "c", "3"])),
+            vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")]
+        );
+        assert_eq!(k(&write(&["mset", "x", "y"])), vec![Bytes::from("x")]);
+        assert_eq!(k(&write(&["SET", "", "v"])), vec![Bytes::new()]);
+        let junk = Write {
+            db: 0,
+            slot: None,
+            cmd: Bytes::from_static(b"+OK\r\n"),
+        };
+        assert!(junk.keys().is_empty());
+    }
+
+    #[tokio::test]
+    async fn room_comes_back_when_unused() {
+        let wb = WriteBehind::new(WriteConfig {
+            queue_max: 2,
+            ..WriteConfig::default()
+        });
+        let a = wb.reserve_within(Duration::ZERO).await.expect("room");
+        let b = wb.reserve_within(Duration::ZERO).await.expect("room");
+        assert!(matches!(
+            wb.reserve_within(Duration::ZERO).await,
+            Err(Error::QueueFull { max: 2, .. })
+        ));
+        drop(a);
+        let _c = wb.reserve_within(Duration::ZERO).await.expect("freed room");
+        drop(b);
+    }
 }

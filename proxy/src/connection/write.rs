@@ -87,7 +87,7 @@ impl Client {
                 }
             }
         }
-        self.cache_written(&plan, args, now_ms);
+        let now = self.cache_written(&plan, args, now_ms);
         // A node whose invalidation channel is down: its keys are not
         // cached. Checked after the insert, as a fill checks after reading
         // its epoch (see `sidecache_pool::tracking`).
@@ -102,20 +102,13 @@ impl Client {
         let db = self.st.db;
         for ((node, slot, pairs), permit) in groups.into_iter().zip(permits) {
             let cmd = write::encode(&plan, args, &pairs, &mut self.write_buf);
-            let keys = pairs.iter().map(|&(k, _)| args[k].clone()).collect();
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };
-            if let Err(e) = shared.upstream.queue_write(
-                &n,
-                Write {
-                    db,
-                    slot,
-                    cmd,
-                    keys,
-                },
-                permit,
-            ) {
+            if let Err(e) = shared
+                .upstream
+                .queue_write(&n, Write { db, slot, cmd }, permit, now)
+            {
                 for &(k, _) in &pairs {
                     shared.invalidate(db, &args[k]);
                 }
@@ -130,7 +123,8 @@ impl Client {
 
     /// The written values become what the L1 serves (or, for KEEPTTL, whose
     /// remaining TTL the proxy does not know, the keys are dropped).
-    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) {
+    /// Returns the clock it read (when the write was acknowledged).
+    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) -> Instant {
         let now = Instant::now();
         let deadline = match plan.expiry {
             Expiry::Persist | Expiry::KeepTtl => now + Duration::from_secs(365 * 24 * 3600),
@@ -149,5 +143,6 @@ impl Client {
         }
         // Fetches later in this batch must not join other clients' flights.
         self.batch_writes = true;
+        now
     }
 }
