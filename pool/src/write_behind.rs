@@ -103,20 +103,22 @@ impl Write {
     /// from the command: a queued write holds no other copy of them, nor a
     /// reference into the client's read buffer.
     pub fn keys(&self) -> Keys {
-        let Ok(Some(args)) = resp::array_elements(&self.cmd) else {
+        let Some(args) = resp::Value::decode(&self.cmd)
+            .ok()
+            .and_then(resp::Value::into_items)
+        else {
             return Keys::new();
-        };
-        let bulk = |frame: &Bytes| -> Option<Bytes> {
-            let start = frame.iter().position(|&b| b == b'\n')? + 1;
-            let end = frame.len().checked_sub(2)?;
-            (start <= end).then(|| frame.slice(start..end))
         };
         let mset = args
             .first()
-            .and_then(bulk)
+            .and_then(resp::Value::as_bytes)
             .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
         let step = if mset { 2 } else { usize::MAX };
-        args.iter().skip(1).step_by(step).filter_map(bulk).collect()
+        args.iter()
+            .skip(1)
+            .step_by(step)
+            .filter_map(|a| a.as_bytes().cloned())
+            .collect()
     }
 }
 
