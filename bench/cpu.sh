@@ -12,7 +12,8 @@
 # the sum of the per-request figures, so this shows what a ratio is made of.
 #
 # Knobs: TEST=set  P=1  N=200000  ROUNDS=3  CLIENTS=50  DATA_SIZE=64
-#        KEYSPACE=100000  SIDECACHE_ARGS="" (extra flags, word-split)
+#        KEYSPACE=100000  SIDECACHE_ARGS="" (extra flags, word-split; the
+#        metrics endpoint is on, on a free port, unless they set --metrics-listen)
 # Output, one line per run:
 #   direct  rps …  client X  redis Y  µs/request
 #   proxy   rps …  client X  sidecache Y  upstream Z  µs/request
@@ -24,6 +25,8 @@ BIN="${1:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/sidecache}"
 TEST="${TEST:-set}"; P="${P:-1}"; N="${N:-200000}"; ROUNDS="${ROUNDS:-3}"
 CLIENTS="${CLIENTS:-50}"; DATA_SIZE="${DATA_SIZE:-64}"; KEYSPACE="${KEYSPACE:-100000}"
 read -r -a EXTRA <<<"${SIDECACHE_ARGS:-}"
+# The metrics endpoint is on by default; here on a free port.
+[[ " ${SIDECACHE_ARGS:-} " == *" --metrics-listen "* ]] || EXTRA+=(--metrics-listen 127.0.0.1:0)
 for t in redis-server redis-cli redis-benchmark python3; do
   command -v "$t" >/dev/null || { echo "bench/cpu.sh: $t not found" >&2; exit 1; }
 done
@@ -55,7 +58,7 @@ for round in $(seq "$ROUNDS"); do
   redis-server --port "$UP" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/$UP" >/dev/null 2>&1 & up=$!; PIDS+=("$up")
   ready "$DP"; ready "$UP"
   "$BIN" --listen "127.0.0.1:$SP" --upstream "redis://127.0.0.1:$UP" --log-level warn \
-    --metrics-listen off "${EXTRA[@]}" >"$WORK/sidecache.log" 2>&1 & sp=$!; PIDS+=("$sp")
+    "${EXTRA[@]}" >"$WORK/sidecache.log" 2>&1 & sp=$!; PIDS+=("$sp")
   ready "$SP"
   d0=$(ticks "$dp")
   read -r rps cpu < <(run "$DP")
