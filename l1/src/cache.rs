@@ -138,12 +138,21 @@ impl Weighter<CacheKey, Entry> for ByBytes {
 struct CountEvictions(Arc<Stats>);
 
 impl Lifecycle<CacheKey, Entry> for CountEvictions {
-    type RequestState = ();
+    /// Entries dropped by one operation. quick_cache also reports the entry
+    /// an `insert` replaces; a caller that knows it replaced one takes the
+    /// count with `insert_with_lifecycle` and leaves that one out.
+    type RequestState = u64;
 
-    fn begin_request(&self) -> Self::RequestState {}
+    fn begin_request(&self) -> u64 {
+        0
+    }
 
-    fn on_evict(&self, _: &mut (), _: CacheKey, _: Entry) {
-        Stats::add(&self.0.evictions, 1);
+    fn on_evict(&self, dropped: &mut u64, _: CacheKey, _: Entry) {
+        *dropped += 1;
+    }
+
+    fn end_request(&self, dropped: u64) {
+        Stats::add(&self.0.evictions, dropped);
     }
 }
 
@@ -383,20 +392,41 @@ impl L1 {
         // that no reader still holds is reused rather than freed and
         // reallocated. (Freeing the old value, memory last touched when it
         // was written, was the write path's costliest step in `perf`.)
-        // The read-locked probe first: a new key pays no placeholder.
+        // Only a value no longer than the old one: an in-place update
+        // evicts nothing, so a heavier one goes through `insert`, which
+        // keeps the cache within `max_bytes`. The read-locked probe first:
+        // a new key pays no placeholder.
         if cache.contains_key(&KeyRef { db, key }) {
             let overwrite = |_: &CacheKey, e: &mut Entry| {
+                if e.value.as_ref().map_or(true, |old| value.len() > old.len()) {
+                    return EntryAction::Retain(false);
+                }
                 e.deadline = deadline;
                 overwrite_value(&mut e.value, value);
-                EntryAction::Retain(())
+                EntryAction::Retain(true)
             };
             match cache.entry(&CacheKey::new(db, key), Some(Duration::ZERO), overwrite) {
-                EntryResult::Retained(()) => {
+                EntryResult::Retained(true) => {
                     Stats::add(&self.stats.writes, 1);
                     return true;
                 }
-                // Evicted or removed since the probe: the placeholder goes
-                // with the guard, and the value is inserted below.
+                EntryResult::Retained(false) => {
+                    // Heavier: replaced through `insert`, which evicts
+                    // what no longer fits; the replaced entry itself is
+                    // not an eviction.
+                    let dropped = cache.insert_with_lifecycle(
+                        CacheKey::new(db, key),
+                        Entry {
+                            value: Some(Bytes::copy_from_slice(value)),
+                            deadline,
+                        },
+                    );
+                    Stats::add(&self.stats.evictions, dropped.saturating_sub(1));
+                    Stats::add(&self.stats.writes, 1);
+                    return true;
+                }
+                // Evicted or removed since the probe (the placeholder goes
+                // with the guard): inserted below.
                 EntryResult::Vacant(guard) | EntryResult::Replaced(guard, _) => drop(guard),
                 EntryResult::Removed(..) | EntryResult::Timeout => {}
             }
@@ -556,6 +586,36 @@ mod tests {
         let heavy = c.stats().bytes;
         assert!(c.insert_written(0, &b("k"), &b("x"), later, Instant::now()));
         assert_eq!(c.stats().bytes, heavy - 999);
+    }
+
+    #[test]
+    fn heavier_overwrites_stay_within_max_bytes() {
+        let max = 64 * 1024;
+        let c = l1(max);
+        let later = Instant::now() + Duration::from_secs(5);
+        for i in 0..100 {
+            assert!(c.insert_written(0, &b(&format!("k{i}")), &b("x"), later, Instant::now()));
+        }
+        let big: Bytes = vec![b'v'; 4096].into();
+        for i in 0..100 {
+            c.insert_written(0, &b(&format!("k{i}")), &big, later, Instant::now());
+        }
+        let s = c.stats();
+        assert!(
+            s.bytes <= max,
+            "{} bytes cached with max_bytes {max}",
+            s.bytes
+        );
+        assert!(s.evictions > 0);
+        // The last write of each key is served or the key is gone: never
+        // the old value.
+        for i in 0..100 {
+            match c.get(0, &b(&format!("k{i}"))) {
+                Lookup::Hit(v) => assert_eq!(v, Some(big.clone())),
+                Lookup::Miss => {}
+                Lookup::Bypass => panic!("bypass"),
+            }
+        }
     }
 
     #[test]
