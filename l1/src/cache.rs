@@ -396,6 +396,7 @@ impl L1 {
         // evicts nothing, so a heavier one goes through `insert`, which
         // keeps the cache within `max_bytes`. The read-locked probe first:
         // a new key pays no placeholder.
+        let mut replaces = false;
         if cache.contains_key(&KeyRef { db, key }) {
             let overwrite = |_: &CacheKey, e: &mut Entry| {
                 if e.value.as_ref().map_or(true, |old| value.len() > old.len()) {
@@ -410,33 +411,26 @@ impl L1 {
                     Stats::add(&self.stats.writes, 1);
                     return true;
                 }
-                EntryResult::Retained(false) => {
-                    // Heavier: replaced through `insert`, which evicts
-                    // what no longer fits; the replaced entry itself is
-                    // not an eviction.
-                    let dropped = cache.insert_with_lifecycle(
-                        CacheKey::new(db, key),
-                        Entry {
-                            value: Some(Bytes::copy_from_slice(value)),
-                            deadline,
-                        },
-                    );
-                    Stats::add(&self.stats.evictions, dropped.saturating_sub(1));
-                    Stats::add(&self.stats.writes, 1);
-                    return true;
-                }
+                // Heavier: replaced through `insert` below, which evicts
+                // what no longer fits.
+                EntryResult::Retained(false) => replaces = true,
                 // Evicted or removed since the probe (the placeholder goes
                 // with the guard): inserted below.
                 EntryResult::Vacant(guard) | EntryResult::Replaced(guard, _) => drop(guard),
                 EntryResult::Removed(..) | EntryResult::Timeout => {}
             }
         }
-        cache.insert(
+        let dropped = cache.insert_with_lifecycle(
             CacheKey::new(db, key),
             Entry {
                 value: Some(Bytes::copy_from_slice(value)),
                 deadline,
             },
+        );
+        // The entry this write replaced is not an eviction.
+        Stats::add(
+            &self.stats.evictions,
+            dropped.saturating_sub(u64::from(replaces)),
         );
         Stats::add(&self.stats.writes, 1);
         true
