@@ -113,6 +113,14 @@ impl Node {
             .filter_map(WriteQueue::barrier)
     }
 
+    /// Whether any database's write-behind queue has writes not yet flushed.
+    pub fn has_pending_writes(&self) -> bool {
+        self.writers
+            .iter()
+            .filter_map(|w| w.get())
+            .any(|q| q.barrier().is_some())
+    }
+
     /// The write-behind queue of `db`, if writes were ever queued there.
     pub fn write_queue(&self, db: u16) -> Option<&WriteQueue> {
         self.writers.get(usize::from(db))?.get()

@@ -63,6 +63,26 @@ struct Inner {
     /// Per slot: the node (as `Arc::as_ptr`) its last write-behind write was
     /// queued on; 0 for none. Detects a slot that moved between writes.
     slot_last: Box<[std::sync::atomic::AtomicUsize]>,
+    /// Nodes that left the slot map (failed over, resharded away) while
+    /// write-behind writes were still queued for them: kept until those
+    /// writes reached the slots' new owners, so later commands to those
+    /// slots can wait for them ([`Upstream::retired_barriers`]).
+    retired: Mutex<Vec<Arc<Node>>>,
+    /// Whether `retired` is non-empty (read without the lock).
+    has_retired: std::sync::atomic::AtomicBool,
+    /// Failover and re-routing counters.
+    pub(crate) failover: FailoverStats,
+}
+
+/// What following the cluster through failovers took.
+#[derive(Debug, Default)]
+pub struct FailoverStats {
+    /// Slot-map refreshes done (periodic, or asked for after a redirect or
+    /// a failure).
+    pub refreshes: std::sync::atomic::AtomicU64,
+    /// Refreshes after which a master that had left the map was replaced:
+    /// failovers (or reshardings) followed.
+    pub masters_replaced: std::sync::atomic::AtomicU64,
 }
 
 /// Handle to the upstream; cheap to clone.
@@ -193,12 +213,15 @@ impl Upstream {
             slot_last: (0..crate::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
+            retired: Mutex::new(Vec::new()),
+            has_retired: std::sync::atomic::AtomicBool::new(false),
+            failover: FailoverStats::default(),
             cfg,
         });
         let up = Upstream { inner };
         if cluster {
             let ranges = up.read_slots(&seed_addr).await?;
-            up.install(&ranges);
+            let _ = up.install(&ranges);
             tokio::spawn(refresher(
                 Arc::clone(&up.inner),
                 up.inner.cfg.refresh_interval,
@@ -411,8 +434,53 @@ impl Upstream {
                 .values()
                 .find(|n| Arc::as_ptr(n) as usize == prev)
                 .cloned()
-        }?;
+        };
+        // A node that left the map with writes queued is kept in `retired`;
+        // one found in neither has nothing queued (it was dropped).
+        let old = old.or_else(|| {
+            let retired = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner());
+            retired
+                .iter()
+                .find(|n| Arc::as_ptr(n) as usize == prev)
+                .cloned()
+        })?;
         old.write_queue(db)?.barrier()
+    }
+
+    /// Barriers on the write-behind queues of nodes that left the slot map
+    /// with writes still queued (their writes are on their way to the
+    /// slots' new owners). A command sent to any master waits for them
+    /// too, so it cannot overtake an earlier write to its keys. Empty, and
+    /// no lock taken, in the common case of no such node.
+    pub fn retired_barriers(&self) -> Vec<crate::write_behind::Barrier> {
+        if !self
+            .inner
+            .has_retired
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Vec::new();
+        }
+        let mut retired = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner());
+        retired.retain(|n| n.has_pending_writes());
+        if retired.is_empty() {
+            self.inner
+                .has_retired
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+        retired.iter().flat_map(|n| n.write_barriers()).collect()
+    }
+
+    /// Whether `addr` is a master of the current slot map (always, for a
+    /// standalone upstream). A write-behind batcher whose node is not sends
+    /// its writes to their slots' owners instead.
+    pub(crate) fn serves(&self, addr: &NodeAddr) -> bool {
+        let topo = self.topology();
+        !topo.is_cluster() || topo.index_of(addr).is_some()
+    }
+
+    /// Failover counters.
+    pub fn failover_stats(&self) -> &FailoverStats {
+        &self.inner.failover
     }
 
     /// Stops the background refresher.
@@ -555,7 +623,8 @@ impl Upstream {
         topology::parse_cluster_slots(v, addr)
     }
 
-    fn install(&self, ranges: &[(u16, u16, NodeAddr)]) {
+    /// Installs a slot map; returns whether the set of masters changed.
+    fn install(&self, ranges: &[(u16, u16, NodeAddr)]) -> bool {
         let topo = Topology::cluster(ranges, |a| self.node(a));
         let old = self.inner.topo.swap(Arc::new(topo));
         let new = self.inner.topo.load();
@@ -574,13 +643,39 @@ impl Upstream {
                 l.reset_all();
             }
         }
-        // Forget nodes that serve nothing any more.
-        let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        nodes.retain(|a, _| new.index_of(a).is_some());
+        // Forget nodes that serve nothing any more; keep those with writes
+        // still queued until their batchers re-routed them.
+        let mut gone = Vec::new();
+        {
+            let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            nodes.retain(|a, n| {
+                let keep = new.index_of(a).is_some();
+                if !keep {
+                    gone.push(Arc::clone(n));
+                }
+                keep
+            });
+        }
+        if !gone.is_empty() {
+            self.inner
+                .failover
+                .masters_replaced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut retired = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner());
+            retired.extend(gone.into_iter().filter(|n| n.has_pending_writes()));
+            retired.retain(|n| n.has_pending_writes());
+            self.inner
+                .has_retired
+                .store(!retired.is_empty(), std::sync::atomic::Ordering::Release);
+        }
+        changed
     }
 
-    /// Re-reads the slot map from any known master or seed.
-    async fn refresh(&self) -> Result<()> {
+    /// Re-reads the slot map, asking every known master and seed at once
+    /// and taking the first answer: a dead master (whose connect may take
+    /// the whole connect timeout on a real network) delays nothing.
+    /// Returns whether the set of masters changed.
+    async fn refresh(&self) -> Result<bool> {
         let mut candidates: Vec<NodeAddr> = self
             .topology()
             .nodes()
@@ -588,34 +683,63 @@ impl Upstream {
             .map(|n| n.addr().clone())
             .collect();
         candidates.extend(self.inner.cfg.seeds.iter().map(|s| s.addr.clone()));
-        let mut last = None;
+        candidates.sort();
+        candidates.dedup();
+        self.inner
+            .failover
+            .refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut asks: tokio::task::JoinSet<Result<Vec<(u16, u16, NodeAddr)>>> =
+            tokio::task::JoinSet::new();
         for addr in candidates {
-            match self.read_slots(&addr).await {
-                Ok(ranges) => {
-                    self.install(&ranges);
-                    return Ok(());
+            let up = self.clone();
+            asks.spawn(async move { up.read_slots(&addr).await });
+        }
+        let mut last = None;
+        while let Some(r) = asks.join_next().await {
+            match r {
+                Ok(Ok(ranges)) => {
+                    asks.abort_all();
+                    return Ok(self.install(&ranges));
                 }
-                Err(e) => last = Some(e),
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => {}
             }
         }
         Err(last.unwrap_or_else(|| Error::Topology("no node to ask".into())))
     }
 }
 
+/// Shortest gap between two slot-map refreshes, however many are asked for.
+const REFRESH_GAP_MIN: Duration = Duration::from_millis(100);
+/// Longest gap while refreshes keep being asked for and the map does not
+/// change (a master down, its replica not promoted yet).
+const REFRESH_GAP_MAX: Duration = Duration::from_millis(250);
+
 async fn refresher(inner: Arc<Inner>, every: Duration) {
+    let mut gap = REFRESH_GAP_MIN;
     loop {
-        let _ = tokio::time::timeout(every, inner.refresh.notified()).await;
+        let asked = tokio::time::timeout(every, inner.refresh.notified())
+            .await
+            .is_ok();
         if inner.closed.is_set() {
             return;
         }
         let up = Upstream {
             inner: Arc::clone(&inner),
         };
-        if let Err(e) = up.refresh().await {
-            warn!(error = %e, "refreshing slot map failed");
+        match up.refresh().await {
+            Ok(true) => gap = REFRESH_GAP_MIN,
+            Ok(false) if asked => gap = (gap * 3 / 2).min(REFRESH_GAP_MAX),
+            Ok(false) => gap = REFRESH_GAP_MIN,
+            Err(e) => {
+                warn!(error = %e, "refreshing slot map failed");
+                gap = (gap * 3 / 2).min(REFRESH_GAP_MAX);
+            }
         }
-        // Rate limit: at most a few refreshes a second, however many redirects.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Rate limit: a failover is followed within a few hundred
+        // milliseconds of its promotion, however many callers ask.
+        tokio::time::sleep(gap).await;
     }
 }
 

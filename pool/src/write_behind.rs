@@ -152,6 +152,9 @@ pub struct WriteStats {
     pub latency_us_max: AtomicU64,
     /// Writes refused because the queue stayed full.
     pub refused: AtomicU64,
+    /// Writes sent to another master than the one they were queued for
+    /// (their node left the slot map: failover, resharding).
+    pub rerouted: AtomicU64,
 }
 
 /// Room in the write-behind queues, taken by [`WriteBehind::reserve`] and
@@ -394,6 +397,7 @@ impl WriteQueue {
             });
             let mut b = Batcher {
                 up,
+                addr,
                 conn,
                 db,
                 rx,
@@ -412,6 +416,9 @@ impl WriteQueue {
 
 struct Batcher {
     up: Upstream,
+    /// The node whose queue this is; its writes go elsewhere once it is no
+    /// longer a master of the slot map.
+    addr: NodeAddr,
     conn: MuxConn,
     db: u16,
     rx: mpsc::Receiver<Queued>,
@@ -438,6 +445,10 @@ impl Sent {
         }
     }
 }
+
+/// Longest pause between two retries of a write: with the slot map
+/// refreshed as often, writes follow a promotion within a few hundred ms.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
 /// Upstream errors after which the same write may succeed later.
 fn retryable(text: &[u8]) -> bool {
@@ -539,7 +550,7 @@ impl Batcher {
                         again.push(later);
                     }
                     for mut s in again {
-                        let replies = self.resend(s.payload, s.batch.len()).await;
+                        let replies = self.resend(&s.batch, s.payload).await;
                         self.settle_batch(&mut s.batch, replies).await;
                         spare.push(s.batch);
                     }
@@ -584,7 +595,13 @@ impl Batcher {
             payload.freeze()
         };
         tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
-        let replies = self.conn.submit_gathered(payload.clone(), n).await.ok();
+        // A node that left the slot map gets nothing more: the batch goes
+        // the resend way, to its slots' owners.
+        let replies = if self.up.serves(&self.addr) {
+            self.conn.submit_gathered(payload.clone(), n).await.ok()
+        } else {
+            None
+        };
         Sent {
             batch,
             payload,
@@ -592,23 +609,94 @@ impl Batcher {
         }
     }
 
-    /// Sends `payload` again until all `n` answers come back.
-    async fn resend(&mut self, payload: Bytes, n: usize) -> Replies {
+    /// Sends `batch` (encoded as `payload`) again until every write has an
+    /// answer: on the queue's own connection while its node is a master,
+    /// else to the masters that own the writes' slots now. Retries follow
+    /// the slot map, refreshed every 100–250 ms while they fail.
+    async fn resend(&mut self, batch: &[Queued], payload: Bytes) -> Replies {
         let wb = self.up.write_behind();
+        let n = batch.len();
         let mut backoff = Duration::from_millis(20);
+        let mut first = true;
         loop {
+            let serves = self.up.serves(&self.addr);
             // Connection lost mid-batch: some writes may have run; resending
             // is safe (SET/MSET with absolute expiry are idempotent) and
-            // keeps the order.
-            wb.stats.retries.fetch_add(1, Ordering::Relaxed);
-            self.up.request_refresh();
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            match self.conn.call(payload.clone(), n).await {
-                Ok(r) if r.len() == n => return r,
-                Ok(_) | Err(_) => {}
+            // keeps the order. A node that left the map is not waited for.
+            if serves || !first {
+                wb.stats.retries.fetch_add(1, Ordering::Relaxed);
+                self.up.request_refresh();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            }
+            first = false;
+            if self.up.serves(&self.addr) {
+                match self.conn.call(payload.clone(), n).await {
+                    Ok(r) if r.len() == n => return r,
+                    Ok(_) | Err(_) => {}
+                }
+            } else if let Some(r) = self.reroute(batch).await {
+                return r;
             }
         }
+    }
+
+    /// Sends each write of `batch` to the master that owns its slot in the
+    /// current map: one pipeline per master, in batch order (a key's writes
+    /// share a slot, so they stay in order). `None` if any master did not
+    /// answer them all.
+    async fn reroute(&self, batch: &[Queued]) -> Option<Replies> {
+        let topo = self.up.topology();
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, q) in batch.iter().enumerate() {
+            let idx = match q.write.slot {
+                Some(s) => topo.node_index(s).ok()?,
+                None => 0,
+            };
+            match groups.iter_mut().find(|g| g.0 == idx) {
+                Some(g) => g.1.push(i),
+                None => groups.push((idx, vec![i])),
+            }
+        }
+        let session = Session {
+            db: self.db,
+            proto: Proto::Resp2,
+        };
+        let mut waiting = Vec::with_capacity(groups.len());
+        for (idx, members) in &groups {
+            let node = topo.nodes().get(*idx)?;
+            let mut payload = BytesMut::new();
+            for &m in members {
+                payload.extend_from_slice(&batch[m].write.cmd);
+            }
+            // The new owner's tracking connection where it carries this
+            // database's writes, so its invalidation channel (NOLOOP) does
+            // not echo them back.
+            let conn = node
+                .write_conn(self.db)
+                .or_else(|| node.conn(session, 0).cloned())?;
+            waiting.push(
+                conn.submit_gathered(payload.freeze(), members.len())
+                    .await
+                    .ok()?,
+            );
+        }
+        let mut replies = vec![Bytes::new(); batch.len()];
+        for ((_, members), rx) in groups.iter().zip(waiting) {
+            let r = rx.await.ok()?.ok()?;
+            if r.len() != members.len() {
+                return None;
+            }
+            for (&m, frame) in members.iter().zip(r) {
+                replies[m] = frame;
+            }
+        }
+        self.up
+            .write_behind()
+            .stats
+            .rerouted
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Some(replies)
     }
 
     /// Gives every write of a batch its final outcome, in order, and
@@ -687,7 +775,7 @@ impl Batcher {
                 wb.stats.retries.fetch_add(1, Ordering::Relaxed);
                 self.up.request_refresh();
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
                 let target = w.slot.map_or(Target::Any, Target::Slot);
                 reply = match self.up.execute(session, 0, target, w.cmd.clone()).await {
                     Ok(r) => r,

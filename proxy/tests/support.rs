@@ -3,10 +3,12 @@
 //! `Drop`; the proxy run in-process on `127.0.0.1:0`; raw RESP helpers.
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -57,8 +59,13 @@ impl RedisServer {
     }
 
     fn start_inner(extra: &[&str], cluster: bool) -> RedisServer {
+        Self::start_node(extra, cluster.then_some(5000))
+    }
+
+    /// A server; a cluster node when `node_timeout_ms` is given.
+    fn start_node(extra: &[&str], node_timeout_ms: Option<u32>) -> RedisServer {
         for _ in 0..5 {
-            let port = free_port(cluster);
+            let port = free_port(node_timeout_ms.is_some());
             let dir = temp_dir("redis");
             let mut cmd = Command::new("redis-server");
             cmd.arg("--port")
@@ -78,15 +85,15 @@ impl RedisServer {
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            if cluster {
+            if let Some(timeout) = node_timeout_ms {
                 cmd.args([
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "5000",
-                ]);
+                ])
+                .arg(timeout.to_string());
             }
             let args: Vec<String> = cmd
                 .get_args()
@@ -206,8 +213,16 @@ impl Cluster {
     /// 3 masters with `replicas` replicas each (`nodes[3..]` are replicas
     /// after creation, in redis-cli's assignment).
     pub fn start_with_replicas(replicas: usize) -> Cluster {
+        Cluster::start_with(replicas, 5000)
+    }
+
+    /// Like [`Cluster::start_with_replicas`], with a `cluster-node-timeout`
+    /// (how long a dead master takes to be failed over).
+    pub fn start_with(replicas: usize, node_timeout_ms: u32) -> Cluster {
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|_| RedisServer::start_inner(&["--repl-diskless-sync-delay", "0"], true))
+            .map(|_| {
+                RedisServer::start_node(&["--repl-diskless-sync-delay", "0"], Some(node_timeout_ms))
+            })
             .collect();
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
@@ -554,4 +569,66 @@ pub fn command_calls(stats: &str, cmd: &str) -> u64 {
 pub async fn upstream_calls(redis: &RedisServer, cmd: &str) -> u64 {
     let stats = raw(&redis.addr(), b"INFO commandstats\r\n", 1).await;
     command_calls(&String::from_utf8_lossy(&stats), cmd)
+}
+
+/// A command line as RESP (arguments split on spaces).
+pub fn enc(line: &str) -> String {
+    let args: Vec<&str> = line.split(' ').collect();
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    out
+}
+
+/// Waits until the proxy's write-behind queue is empty.
+pub async fn drained(proxy: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = String::from_utf8_lossy(&raw(proxy, b"INFO proxy\r\n", 1).await).into_owned();
+        if info_field(&info, "write_queue_depth") == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "write-behind queue never drained"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Writes `prefix:N` keys (N cycling over `keys`) with increasing values,
+/// `depth` SETs per round trip, pausing `pause` between round trips, until
+/// `stop`; every write answered `+OK` is recorded in `acked`.
+pub async fn writer(
+    addr: String,
+    prefix: String,
+    keys: u64,
+    depth: u64,
+    pause: Duration,
+    acked: Arc<Mutex<HashMap<String, String>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let batch: Vec<(String, String)> = (0..depth)
+            .map(|j| (format!("{prefix}:{}", (i + j) % keys), format!("{}", i + j)))
+            .collect();
+        let input: String = batch
+            .iter()
+            .map(|(k, v)| enc(&format!("SET {k} {v}")))
+            .collect();
+        let out = raw_on(&mut s, input.as_bytes(), batch.len()).await;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        for ((k, v), reply) in batch.into_iter().zip(text.split_inclusive("\r\n")) {
+            if reply == "+OK\r\n" {
+                acked.lock().unwrap().insert(k, v);
+            }
+        }
+        i += depth;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
 }

@@ -46,7 +46,10 @@ impl Client {
             let limit = self.shared.upstream.write_behind().config().queue_timeout;
             let mut late = false;
             let mut waited = false;
-            for barrier in node.write_barriers() {
+            // And writes still queued for a master that left the slot map:
+            // they are on their way to its slots' new owners, maybe this one.
+            let retired = self.shared.upstream.retired_barriers();
+            for barrier in node.write_barriers().chain(retired) {
                 waited = true;
                 if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
                     late = true;

@@ -1,0 +1,222 @@
+//! Cluster failover under a write-behind load, against real redis-servers
+//! (3 masters, 3 replicas): a master killed with SIGKILL, and a graceful
+//! `CLUSTER FAILOVER`. Every acknowledged write must end upstream with its
+//! last acknowledged value; a single missing one fails the test.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::{cli, drained, enc, info_field, raw, writer, Cluster, Proxy, ProxyProcess};
+
+/// How the master goes away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL; the cluster promotes the replica after its node timeout.
+    Kill,
+    /// `CLUSTER FAILOVER` on the replica (no data loss in Redis itself).
+    Graceful,
+}
+
+/// Four pipelining writers over 3000 keys each; returns their handles.
+fn start_writers(
+    addr: &str,
+    acked: &Arc<Mutex<HashMap<String, String>>>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|w| {
+            tokio::spawn(writer(
+                addr.to_owned(),
+                format!("f{w}"),
+                3000,
+                20,
+                Duration::from_millis(1),
+                acked.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Waits until every replica finished its initial sync (a replica that has
+/// not cannot be promoted).
+async fn replicas_synced(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &cluster.nodes {
+        if !cli(n.port, &["role"]).starts_with("slave") {
+            continue;
+        }
+        while !cli(n.port, &["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "replica never synced");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Index of a master and of its replica.
+fn master_and_replica(cluster: &Cluster) -> (usize, usize) {
+    for (r, n) in cluster.nodes.iter().enumerate() {
+        let info = cli(n.port, &["info", "replication"]);
+        if !info.contains("role:slave") {
+            continue;
+        }
+        let port: u16 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_port:"))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("master_port");
+        let m = cluster
+            .nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("its master");
+        return (m, r);
+    }
+    panic!("no replica");
+}
+
+/// Brings `master` down by `fault` and waits until `replica` is a master
+/// that every live node agrees owns slots.
+async fn fail_over(cluster: &mut Cluster, master: usize, replica: usize, fault: Fault) {
+    let port = cluster.nodes[replica].port;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    match fault {
+        Fault::Kill => {
+            cluster.nodes[master].kill();
+            while !cli(port, &["role"]).starts_with("master") {
+                assert!(Instant::now() < deadline, "replica never promoted");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Fault::Graceful => 'failover: loop {
+            assert_eq!(cli(port, &["cluster", "failover"]), "OK");
+            let attempt = Instant::now() + Duration::from_secs(12);
+            while Instant::now() < attempt {
+                if cli(port, &["role"]).starts_with("master") {
+                    break 'failover;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(Instant::now() < deadline, "failover did not happen");
+        },
+    }
+}
+
+/// Every acknowledged key holds its last acknowledged value on the master
+/// that owns it now (the other live nodes answer MOVED).
+async fn assert_all_landed(
+    cluster: &Cluster,
+    dead: Option<usize>,
+    acked: &HashMap<String, String>,
+) {
+    assert!(
+        acked.len() > 1000,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    let keys: Vec<&String> = acked.keys().collect();
+    let input: String = keys.iter().map(|k| enc(&format!("GET {k}"))).collect();
+    let mut found: HashMap<String, String> = HashMap::new();
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        if Some(i) == dead {
+            continue;
+        }
+        let out = raw(&n.addr(), input.as_bytes(), keys.len()).await;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let mut lines = text.split("\r\n");
+        for k in &keys {
+            let head = lines.next().unwrap_or_default();
+            if let Some(len) = head.strip_prefix('$') {
+                if len != "-1" {
+                    found.insert((*k).clone(), lines.next().unwrap_or_default().to_owned());
+                }
+            }
+        }
+    }
+    let lost: Vec<String> = acked
+        .iter()
+        .filter(|(k, v)| found.get(*k) != Some(v))
+        .map(|(k, v)| format!("{k}={v} (upstream {:?})", found.get(k)))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
+async fn failover_under_load(fault: Fault) {
+    let mut cluster = Cluster::start_with(1, 2000);
+    replicas_synced(&cluster).await;
+    let proxy = Proxy::start(&cluster.seed_url(), &["--connect-timeout", "1"]).await;
+    let (master, replica) = master_and_replica(&cluster);
+    let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = start_writers(&proxy.addr.to_string(), &acked, &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fail_over(&mut cluster, master, replica, fault).await;
+    // Writes keep being acknowledged, and flushed, after the promotion.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    drained(&proxy.addr.to_string()).await;
+    let info =
+        String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO writebehind\r\n", 1).await)
+            .into_owned();
+    assert_eq!(info_field(&info, "writes_failed"), 0, "{info}");
+    let acked = acked.lock().unwrap().clone();
+    let dead = (fault == Fault::Kill).then_some(master);
+    assert_all_landed(&cluster, dead, &acked).await;
+    let report = proxy.stop().await;
+    assert_eq!(report.unflushed, 0);
+}
+
+/// A master killed with SIGKILL under a pipelined write load: the writes
+/// queued for it (and those in flight when it died) follow its slots to the
+/// promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Kill).await;
+}
+
+/// A replica promoted with `CLUSTER FAILOVER` during a write load: queued and
+/// new writes follow the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_failover_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Graceful).await;
+}
+
+/// sidecache as its own process: a master killed under load, then SIGTERM
+/// as soon as the replica is promoted. The drain re-routes what was queued
+/// for the dead master, exits 0, and nothing acknowledged is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_after_failover_drains_and_exits_0() {
+    let mut cluster = Cluster::start_with(1, 2000);
+    replicas_synced(&cluster).await;
+    let proxy = ProxyProcess::start(&cluster.seed_url(), &["--connect-timeout", "1"]);
+    let (master, replica) = master_and_replica(&cluster);
+    let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = start_writers(&proxy.addr(), &acked, &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fail_over(&mut cluster, master, replica, Fault::Kill).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let status = tokio::task::spawn_blocking(move || proxy.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "sidecache exited with {status}");
+    let acked = acked.lock().unwrap().clone();
+    assert_all_landed(&cluster, Some(master), &acked).await;
+}
