@@ -178,6 +178,8 @@ pub struct UpstreamConfig {
     pub pool_size: usize,
     /// Timeout for establishing a connection, including the handshake.
     pub connect_timeout: Duration,
+    /// Longest wait for the reply of a forwarded command (`None`: forever).
+    pub command_timeout: Option<Duration>,
     /// How often the cluster slot map is re-read even without redirects.
     pub refresh_interval: Duration,
     /// Extra CA certificates (PEM) to trust for `rediss://`.
@@ -197,6 +199,7 @@ impl Default for UpstreamConfig {
             mode: Mode::Auto,
             pool_size: 2,
             connect_timeout: Duration::from_secs(3),
+            command_timeout: Some(Duration::from_secs(10)),
             refresh_interval: Duration::from_secs(30),
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,

@@ -50,7 +50,7 @@ pub enum Error {
     #[error("upstream protocol error: {0}")]
     Protocol(#[from] crate::resp::ProtocolError),
     /// A command did not complete within the configured timeout.
-    #[error("upstream {addr} timed out")]
+    #[error("upstream {addr} did not answer in time (--upstream-timeout)")]
     Timeout {
         /// `host:port` of the node.
         addr: String,
@@ -80,6 +80,22 @@ pub enum Error {
         max: usize,
         /// How long the write waited.
         waited: std::time::Duration,
+    },
+    /// The write-behind queue stayed full in bytes.
+    #[error("write-behind queue full: {max_bytes} bytes queued (--write-queue-max-bytes) for {waited:?} (--write-queue-timeout)")]
+    QueueBytesFull {
+        /// The configured maximum.
+        max_bytes: usize,
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
+    /// One write is larger than the whole byte bound of the queue.
+    #[error("write of {size} bytes is larger than the write-behind queue ({max_bytes} bytes, --write-queue-max-bytes)")]
+    TooLargeToQueue {
+        /// The write's encoded size.
+        size: usize,
+        /// The configured maximum.
+        max_bytes: usize,
     },
     /// A command had to wait for earlier write-behind writes to its node,
     /// and they were not flushed in time.

@@ -478,6 +478,11 @@ impl Upstream {
         !topo.is_cluster() || topo.index_of(addr).is_some()
     }
 
+    /// Longest wait for a forwarded command's reply (`--upstream-timeout`).
+    pub fn command_timeout(&self) -> Option<Duration> {
+        self.inner.cfg.command_timeout
+    }
+
     /// Failover counters.
     pub fn failover_stats(&self) -> &FailoverStats {
         &self.inner.failover
@@ -504,7 +509,16 @@ impl Upstream {
         let conn = node
             .conn(session, hint)
             .ok_or_else(|| Error::Config(format!("database {} out of range", session.db)))?;
-        let r = conn.call(payload, count).await;
+        let r = match self.inner.cfg.command_timeout {
+            Some(t) => tokio::time::timeout(t, conn.call(payload, count))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Timeout {
+                        addr: node.addr().to_string(),
+                    })
+                }),
+            None => conn.call(payload, count).await,
+        };
         if let Err(e) = &r {
             if matches!(e, Error::Connect { .. } | Error::ConnectionLost { .. }) {
                 self.request_refresh();

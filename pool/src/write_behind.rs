@@ -68,6 +68,9 @@ pub struct WriteConfig {
     pub flush_interval: Duration,
     /// Most writes queued (not yet flushed) in total.
     pub queue_max: usize,
+    /// Most bytes of queued writes in total (their encoded commands plus
+    /// [`QUEUED_OVERHEAD`] each).
+    pub queue_max_bytes: usize,
     /// How long a write waits for queue space before it is refused.
     pub queue_timeout: Duration,
 }
@@ -79,6 +82,7 @@ impl Default for WriteConfig {
             pipeline: 1,
             flush_interval: Duration::ZERO,
             queue_max: 100_000,
+            queue_max_bytes: 64 << 20,
             queue_timeout: Duration::from_secs(5),
         }
     }
@@ -152,15 +156,26 @@ pub struct WriteStats {
     pub latency_us_max: AtomicU64,
     /// Writes refused because the queue stayed full.
     pub refused: AtomicU64,
+    /// Writes that had to wait for room in the queue (backpressure: their
+    /// client was not read meanwhile).
+    pub waits: AtomicU64,
     /// Writes sent to another master than the one they were queued for
     /// (their node left the slot map: failover, resharding).
     pub rerouted: AtomicU64,
 }
 
-/// Room in the write-behind queues, taken by [`WriteBehind::reserve`] and
-/// given to [`WriteQueue::push`]. Dropped unused, the room is freed.
+/// Bytes a queued write is charged beyond its encoded command: its entry
+/// in the queue (the command handle, its database and slot, its time).
+pub const QUEUED_OVERHEAD: usize = 64;
+
+/// Room in the write-behind queues (one write, and its bytes), taken by
+/// [`WriteBehind::reserve`] and given to [`WriteQueue::push`]. Dropped
+/// unused, the room is freed.
 #[derive(Debug)]
-pub struct Reservation<'a>(SemaphorePermit<'a>);
+pub struct Reservation<'a> {
+    count: SemaphorePermit<'a>,
+    bytes: SemaphorePermit<'a>,
+}
 
 /// Shared write-behind state (one per upstream).
 pub struct WriteBehind {
@@ -168,6 +183,11 @@ pub struct WriteBehind {
     /// One permit per write that may be queued; a queued write's permit is
     /// given back when its batch is settled (one release per batch).
     permits: Semaphore,
+    /// One permit per byte that may be queued (`--write-queue-max-bytes`),
+    /// given back the same way.
+    byte_permits: Semaphore,
+    /// Bytes charged to queued writes.
+    bytes: AtomicUsize,
     depth: AtomicUsize,
     /// Counters.
     pub stats: WriteStats,
@@ -201,6 +221,8 @@ impl WriteBehind {
     pub fn new(cfg: WriteConfig) -> WriteBehind {
         WriteBehind {
             permits: Semaphore::new(cfg.queue_max.max(1)),
+            byte_permits: Semaphore::new(cfg.queue_max_bytes.clamp(1, Semaphore::MAX_PERMITS)),
+            bytes: AtomicUsize::new(0),
             cfg,
             depth: AtomicUsize::new(0),
             stats: WriteStats::default(),
@@ -221,6 +243,11 @@ impl WriteBehind {
         self.depth.load(Ordering::Relaxed)
     }
 
+    /// Bytes charged to the writes queued (see [`QUEUED_OVERHEAD`]).
+    pub fn queued_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
     /// Sets who is told about failed writes.
     pub fn set_listener(&self, l: Arc<dyn WriteListener>) {
         *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
@@ -233,34 +260,69 @@ impl WriteBehind {
             .clone()
     }
 
-    /// Waits for queue space (bounded by `--write-queue-timeout`).
+    /// Waits for room for one write of `size` bytes (its encoded command;
+    /// [`QUEUED_OVERHEAD`] is added), bounded by `--write-queue-timeout`.
     ///
     /// # Errors
-    /// [`Error::QueueFull`] when no space freed up in time;
-    /// [`Error::Closed`] when shutting down.
-    pub async fn reserve(&self) -> Result<Reservation<'_>> {
-        self.reserve_within(self.cfg.queue_timeout).await
+    /// [`Error::QueueFull`] / [`Error::QueueBytesFull`] when no room freed
+    /// up in time; [`Error::TooLargeToQueue`] when the write alone exceeds
+    /// the byte bound (send it through instead); [`Error::Closed`] when
+    /// shutting down.
+    pub async fn reserve(&self, size: usize) -> Result<Reservation<'_>> {
+        self.reserve_within(self.cfg.queue_timeout, size).await
     }
 
     /// Like [`WriteBehind::reserve`], waiting at most `wait` (zero: only
-    /// if space is free now).
+    /// if room is free now).
     ///
     /// # Errors
     /// As [`WriteBehind::reserve`].
-    pub async fn reserve_within(&self, wait: Duration) -> Result<Reservation<'_>> {
+    pub async fn reserve_within(&self, wait: Duration, size: usize) -> Result<Reservation<'_>> {
         if self.closing.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Ok(p) = self.permits.try_acquire() {
-            return Ok(Reservation(p));
+        let charge = size.saturating_add(QUEUED_OVERHEAD);
+        let max_bytes = self.cfg.queue_max_bytes.clamp(1, Semaphore::MAX_PERMITS);
+        let Ok(charge) = u32::try_from(charge).map_err(drop).and_then(|c| {
+            if c as usize > max_bytes {
+                Err(())
+            } else {
+                Ok(c)
+            }
+        }) else {
+            return Err(Error::TooLargeToQueue {
+                size,
+                max_bytes: self.cfg.queue_max_bytes,
+            });
+        };
+        if let (Ok(count), Ok(bytes)) = (
+            self.permits.try_acquire(),
+            self.byte_permits.try_acquire_many(charge),
+        ) {
+            return Ok(Reservation { count, bytes });
         }
-        match tokio::time::timeout(wait, self.permits.acquire()).await {
-            Ok(Ok(p)) => Ok(Reservation(p)),
+        // The fast path may have taken one of the two; it is given back on
+        // drop here, and the waits below take both in order.
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + wait;
+        let count = match tokio::time::timeout_at(deadline, self.permits.acquire()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(Error::Closed),
+            Err(_) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::QueueFull {
+                    max: self.cfg.queue_max,
+                    waited: self.cfg.queue_timeout,
+                });
+            }
+        };
+        match tokio::time::timeout_at(deadline, self.byte_permits.acquire_many(charge)).await {
+            Ok(Ok(bytes)) => Ok(Reservation { count, bytes }),
             Ok(Err(_)) => Err(Error::Closed),
             Err(_) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                Err(Error::QueueFull {
-                    max: self.cfg.queue_max,
+                Err(Error::QueueBytesFull {
+                    max_bytes: self.cfg.queue_max_bytes,
                     waited: self.cfg.queue_timeout,
                 })
             }
@@ -289,6 +351,8 @@ impl WriteBehind {
 struct Queued {
     write: Write,
     at: Instant,
+    /// Bytes charged to it (its command and [`QUEUED_OVERHEAD`]).
+    charge: u32,
 }
 
 /// The queue of one (node, database).
@@ -344,10 +408,12 @@ impl WriteQueue {
         room: Reservation<'_>,
         at: Instant,
     ) -> Result<()> {
-        let item = Queued { write, at };
+        let charge = room.bytes.num_permits() as u32;
+        let item = Queued { write, at, charge };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         tx.try_send(item).map_err(|_| Error::Closed)?;
-        room.0.forget();
+        room.count.forget();
+        room.bytes.forget();
         self.enqueued.fetch_add(1, Ordering::AcqRel);
         let whole = self
             .ahead_at
@@ -357,6 +423,7 @@ impl WriteQueue {
             self.full.notify_one();
         }
         wb.depth.fetch_add(1, Ordering::Relaxed);
+        wb.bytes.fetch_add(charge as usize, Ordering::Relaxed);
         wb.stats.queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -721,7 +788,9 @@ impl Batcher {
         }
         let now = Instant::now();
         let (mut sum, mut max) = (0u64, 0u64);
+        let mut charged = 0usize;
         for q in batch.drain(..) {
+            charged += q.charge as usize;
             let us = now.duration_since(q.at).as_micros() as u64;
             sum += us;
             max = max.max(us);
@@ -730,6 +799,8 @@ impl Batcher {
         wb.stats.latency_us_max.fetch_max(max, Ordering::Relaxed);
         // The batch's room in the queues, in one release.
         wb.permits.add_permits(n);
+        wb.byte_permits.add_permits(charged);
+        wb.bytes.fetch_sub(charged, Ordering::Relaxed);
         self.done += n as u64;
         tracing::debug!(db = self.db, done = self.done, "batch done");
         wb.depth.fetch_sub(n, Ordering::Relaxed);
@@ -841,19 +912,59 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn bytes_bound_the_queue_too() {
+        let wb = WriteBehind::new(WriteConfig {
+            queue_max: 100,
+            queue_max_bytes: 3 * (1000 + QUEUED_OVERHEAD),
+            ..WriteConfig::default()
+        });
+        let held = reserve_n(&wb, 3).await;
+        assert!(matches!(
+            wb.reserve_within(Duration::from_millis(10), 1000).await,
+            Err(Error::QueueBytesFull { .. })
+        ));
+        // The count permit the refused write took is back.
+        assert_eq!(wb.permits.available_permits(), 97);
+        assert!(matches!(
+            wb.reserve_within(Duration::ZERO, 4 * 1000).await,
+            Err(Error::TooLargeToQueue { size: 4000, .. })
+        ));
+        drop(held);
+        assert_eq!(
+            wb.byte_permits.available_permits(),
+            3 * (1000 + QUEUED_OVERHEAD)
+        );
+        let _r = wb
+            .reserve_within(Duration::ZERO, 1000)
+            .await
+            .expect("room again");
+    }
+
+    async fn reserve_n(wb: &WriteBehind, n: usize) -> Vec<Reservation<'_>> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(wb.reserve_within(Duration::ZERO, 1000).await.expect("room"));
+        }
+        v
+    }
+
+    #[tokio::test]
     async fn room_comes_back_when_unused() {
         let wb = WriteBehind::new(WriteConfig {
             queue_max: 2,
             ..WriteConfig::default()
         });
-        let a = wb.reserve_within(Duration::ZERO).await.expect("room");
-        let b = wb.reserve_within(Duration::ZERO).await.expect("room");
+        let a = wb.reserve_within(Duration::ZERO, 10).await.expect("room");
+        let b = wb.reserve_within(Duration::ZERO, 10).await.expect("room");
         assert!(matches!(
-            wb.reserve_within(Duration::ZERO).await,
+            wb.reserve_within(Duration::ZERO, 10).await,
             Err(Error::QueueFull { max: 2, .. })
         ));
         drop(a);
-        let _c = wb.reserve_within(Duration::ZERO).await.expect("freed room");
+        let _c = wb
+            .reserve_within(Duration::ZERO, 10)
+            .await
+            .expect("freed room");
         drop(b);
     }
 }

@@ -153,6 +153,11 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_CONNECT_TIMEOUT", value_name = "SECS")]
     pub connect_timeout: Option<f64>,
 
+    /// Seconds a forwarded command may wait for its upstream reply before
+    /// the client gets `-ERR upstream … did not answer in time`; 0 waits forever [default: 10].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_TIMEOUT", value_name = "SECS")]
+    pub upstream_timeout: Option<f64>,
+
     /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
     #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
     pub refresh_interval: Option<f64>,
@@ -231,6 +236,11 @@ pub struct Options {
     /// Most writes queued and not yet flushed; more wait [default: 100000].
     #[arg(long, env = "SIDECACHE_WRITE_QUEUE_MAX", value_name = "N")]
     pub write_queue_max: Option<usize>,
+
+    /// Most bytes of writes queued and not yet flushed (their commands plus
+    /// 64 bytes each); more wait [default: 64mb].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_MAX_BYTES", value_name = "BYTES")]
+    pub write_queue_max_bytes: Option<String>,
 
     /// Seconds a write waits for queue space before `-ERR` [default: 5].
     #[arg(long, env = "SIDECACHE_WRITE_QUEUE_TIMEOUT", value_name = "SECS")]
@@ -343,6 +353,7 @@ impl Options {
             requirepass: self.requirepass.or(file.requirepass),
             shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            upstream_timeout: self.upstream_timeout.or(file.upstream_timeout),
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
@@ -356,6 +367,7 @@ impl Options {
             write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
             write_queue_max: self.write_queue_max.or(file.write_queue_max),
             write_queue_timeout: self.write_queue_timeout.or(file.write_queue_timeout),
+            write_queue_max_bytes: self.write_queue_max_bytes.or(file.write_queue_max_bytes),
             l1_max_bytes: self.l1_max_bytes.or(file.l1_max_bytes),
             l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
             l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
@@ -455,11 +467,23 @@ impl Config {
             Some(v) => secs("--write-flush-interval", Some(v), 0.0)?,
             None => Duration::ZERO,
         };
+        let write_queue_max_bytes = size(
+            "--write-queue-max-bytes",
+            o.write_queue_max_bytes.as_deref(),
+            64 << 20,
+        )?;
+        if !(1024..=1 << 40).contains(&write_queue_max_bytes) {
+            return Err(err(
+                "--write-queue-max-bytes",
+                "must be between 1kb and 1024gb",
+            ));
+        }
         let write = sidecache_pool::WriteConfig {
             batch: write_batch,
             pipeline: write_pipeline,
             flush_interval: write_flush_interval,
             queue_max: write_queue_max,
+            queue_max_bytes: usize::try_from(write_queue_max_bytes).unwrap_or(usize::MAX),
             queue_timeout: secs("--write-queue-timeout", o.write_queue_timeout, 5.0)?,
         };
         let upstream = UpstreamConfig {
@@ -472,6 +496,10 @@ impl Config {
             },
             pool_size,
             connect_timeout: secs("--connect-timeout", o.connect_timeout, 3.0)?,
+            command_timeout: match o.upstream_timeout {
+                Some(0.0) => None,
+                v => Some(secs("--upstream-timeout", v, 10.0)?),
+            },
             refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
             tls_ca_file: o.tls_ca_file,
             coherence: match o.tracking.unwrap_or(TrackingArg::On) {
@@ -622,13 +650,14 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
             self.upstream.mode,
             self.upstream.pool_size,
             self.upstream.connect_timeout,
+            self.upstream.command_timeout,
             self.upstream.refresh_interval,
             self.upstream.tls_ca_file,
             self.maxclients,
@@ -644,6 +673,7 @@ impl Config {
             self.upstream.write.pipeline,
             self.upstream.write.flush_interval,
             self.upstream.write.queue_max,
+            self.upstream.write.queue_max_bytes,
             self.upstream.write.queue_timeout,
             match &self.upstream.coherence {
                 sidecache_pool::tracking::Coherence::Off => "tracking off".to_owned(),

@@ -161,8 +161,11 @@ pub struct Client {
     batch_writes: bool,
     /// The clock, read once per batch for L1 deadlines.
     now: Option<std::time::Instant>,
-    /// A write of this batch was refused for a full queue.
-    refusing: bool,
+    /// Until when this client's writes do not wait for room again: one of
+    /// them waited the whole `--write-queue-timeout` and was refused, so a
+    /// pipeline against a full queue is refused in one timeout, not one per
+    /// write (nor one per read of a pipeline too long for one read).
+    refusing: Option<std::time::Instant>,
     /// Write-behind commands are encoded here and split off (one
     /// allocation serves many writes).
     write_buf: BytesMut,
@@ -213,7 +216,7 @@ impl Client {
             commands: 0,
             batch_writes: false,
             now: None,
-            refusing: false,
+            refusing: None,
             write_buf: BytesMut::new(),
         }
     }

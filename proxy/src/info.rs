@@ -170,19 +170,25 @@ fn write_behind(s: &Shared) -> String {
     let flushed = load(&st.flushed);
     let sizes: Vec<String> = st.batch_sizes.iter().map(|b| load(b).to_string()).collect();
     format!(
-        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_batch_max:{}\r\nwrite_pipeline:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_batches_ahead:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
+        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_queue_bytes:{}\r\nwrite_queue_max_bytes:{}\r\nwrite_batch_max:{}\r\nwrite_pipeline:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_backpressure_waits:{}\r\nwrites_rerouted:{}\r\nslotmap_refreshes:{}\r\nfailovers_followed:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_batches_ahead:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
         match s.config.write_mode {
             WriteMode::WriteBehind => "write-behind",
             WriteMode::WriteThrough => "write-through",
         },
         wb.depth(),
         wb.config().queue_max,
+        wb.queued_bytes(),
+        wb.config().queue_max_bytes,
         wb.config().batch,
         wb.config().pipeline,
         load(&st.queued),
         flushed,
         load(&st.failed),
         load(&st.refused),
+        load(&st.waits),
+        load(&st.rerouted),
+        load(&s.upstream.failover_stats().refreshes),
+        load(&s.upstream.failover_stats().masters_replaced),
         load(&st.batches),
         sizes[0],
         sizes[1],

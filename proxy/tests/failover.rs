@@ -173,6 +173,11 @@ async fn failover_under_load(fault: Fault) {
         String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO writebehind\r\n", 1).await)
             .into_owned();
     assert_eq!(info_field(&info, "writes_failed"), 0, "{info}");
+    assert!(info_field(&info, "failovers_followed") >= 1, "{info}");
+    if fault == Fault::Kill {
+        // The writes queued for the dead master went to its replica.
+        assert!(info_field(&info, "writes_rerouted") > 0, "{info}");
+    }
     let acked = acked.lock().unwrap().clone();
     let dead = (fault == Fault::Kill).then_some(master);
     assert_all_landed(&cluster, dead, &acked).await;

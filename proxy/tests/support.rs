@@ -491,6 +491,10 @@ impl ProxyProcess {
         format!("127.0.0.1:{}", self.port)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Threads named as tokio names its runtime workers (Linux /proc).
     pub fn runtime_threads(&self) -> usize {
         let dir = format!("/proc/{}/task", self.child.id());

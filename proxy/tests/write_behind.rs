@@ -607,3 +607,142 @@ async fn permanently_failed_write_is_counted_and_uncached() {
     );
     proxy.stop().await;
 }
+
+/// Peak resident memory of a process, bytes (Linux `VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// A stalled upstream (SIGSTOP) under writers of 4 KB values: the queue
+/// stops at `--write-queue-max-bytes` (not at its 100000-write count, which
+/// would be 400 MB), writers wait and then get the error naming the bound,
+/// never a hang, and sidecache's peak RSS stays within L1 + queue + a
+/// margin. After SIGCONT every acknowledged write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_upstream_bounds_memory_in_bytes() {
+    let redis = RedisServer::start(&[]);
+    let proxy = ProxyProcess::start(
+        &redis.url(),
+        &[
+            "--write-queue-max-bytes",
+            "16mb",
+            "--l1-max-bytes",
+            "16mb",
+            "--write-queue-timeout",
+            "1",
+        ],
+    );
+    let before = peak_rss(proxy.pid());
+    redis.signal("STOP");
+    let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let slowest = Arc::new(Mutex::new(Duration::ZERO));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (acked, stop, refused, slowest) = (
+            acked.clone(),
+            stop.clone(),
+            refused.clone(),
+            slowest.clone(),
+        );
+        let addr = proxy.addr();
+        writers.push(tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let pad = "x".repeat(4090);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let batch: Vec<(String, String)> = (0..16)
+                    .map(|j| {
+                        (
+                            format!("s{w}:{}", (i + j) % 5000),
+                            format!("{}:{pad}", i + j),
+                        )
+                    })
+                    .collect();
+                let input: String = batch
+                    .iter()
+                    .map(|(k, v)| enc(&format!("SET {k} {v}")))
+                    .collect();
+                let t = std::time::Instant::now();
+                let out = support::raw_on(&mut s, input.as_bytes(), batch.len()).await;
+                let took = t.elapsed();
+                {
+                    let mut m = slowest.lock().unwrap();
+                    *m = (*m).max(took);
+                }
+                let text = String::from_utf8_lossy(&out).into_owned();
+                for ((k, v), reply) in batch.into_iter().zip(text.split_inclusive("\r\n")) {
+                    if reply == "+OK\r\n" {
+                        acked.lock().unwrap().insert(k, v);
+                    } else {
+                        assert!(
+                            reply.starts_with("-ERR write-behind queue full")
+                                && reply.contains("--write-queue-max-bytes"),
+                            "{reply}"
+                        );
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                i += 16;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let info =
+        String::from_utf8_lossy(&raw(&proxy.addr(), b"INFO writebehind\r\n", 1).await).into_owned();
+    let peak = peak_rss(proxy.pid());
+    redis.signal("CONT");
+    let queued_bytes = info_field(&info, "write_queue_bytes");
+    assert!(queued_bytes <= 16 << 20, "{info}");
+    assert!(queued_bytes > 8 << 20, "the queue never filled: {info}");
+    assert!(info_field(&info, "write_backpressure_waits") > 0, "{info}");
+    assert!(refused.load(Ordering::Relaxed) > 0, "no write was refused");
+    // Backpressure, then the error: a round trip takes about one
+    // --write-queue-timeout, never more than a few.
+    let slowest = *slowest.lock().unwrap();
+    assert!(
+        slowest < Duration::from_secs(4),
+        "a writer waited {slowest:?}"
+    );
+    // L1 16 MB + queue 16 MB + buffers and allocator slack (measured: about
+    // 50 MB of growth in all, debug build): 96 MB is a generous bound, and
+    // without the byte bound the queue alone would take 400 MB.
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "stalled upstream: peak RSS {} MB (at start {} MB), queue {} bytes, {} writes refused",
+        peak >> 20,
+        before >> 20,
+        queued_bytes,
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(
+        grew < 96 << 20,
+        "peak RSS grew {} MB (from {} MB)",
+        grew >> 20,
+        before >> 20
+    );
+    drained(&proxy.addr()).await;
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 1000, "only {} acknowledged", acked.len());
+    for (k, v) in &acked {
+        let got = raw(&redis.addr(), enc(&format!("GET {k}")).as_bytes(), 1).await;
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            format!("${}\r\n{v}\r\n", v.len()),
+            "acknowledged {k} lost"
+        );
+    }
+    let status = proxy.terminate();
+    assert!(status.success());
+}

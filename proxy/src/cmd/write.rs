@@ -128,6 +128,16 @@ fn set_options(opts: &[Bytes], now_ms: i64) -> Option<Expiry> {
     Some(expiry)
 }
 
+/// At most how many bytes [`encode`] writes for `pairs`: headers and
+/// lengths take at most 32 bytes per argument, with up to 4 more arguments.
+pub fn encoded_bound(args: &[Bytes], pairs: &[(usize, usize)]) -> usize {
+    pairs
+        .iter()
+        .map(|&(k, v)| args[k].len() + args[v].len())
+        .sum::<usize>()
+        + 32 * (2 * pairs.len() + 4)
+}
+
 /// Encodes the upstream command for some of a plan's pairs.
 /// Encodes into `buf` (a per-connection buffer: the commands of many
 /// writes share its allocations) and returns the command, split off.
@@ -137,12 +147,7 @@ pub fn encode(
     pairs: &[(usize, usize)],
     buf: &mut BytesMut,
 ) -> Bytes {
-    // Headers and lengths: at most 32 bytes per argument, 6 arguments.
-    let need: usize = pairs
-        .iter()
-        .map(|&(k, v)| args[k].len() + args[v].len())
-        .sum::<usize>()
-        + 32 * (2 * pairs.len() + 4);
+    let need = encoded_bound(args, pairs);
     if buf.capacity() - buf.len() < need {
         buf.reserve(need.max(8 * 1024));
     }

@@ -28,6 +28,13 @@ impl Client {
         }
         let session = self.session();
         let hint = self.hint();
+        // A forwarded command gets a clear error after --upstream-timeout,
+        // never a hang behind a stalled upstream.
+        let deadline = self
+            .shared
+            .upstream
+            .command_timeout()
+            .map(|t| tokio::time::Instant::now() + t);
         for (i, b) in self.builders.iter_mut().enumerate() {
             if b.count == 0 {
                 continue;
@@ -69,9 +76,10 @@ impl Client {
                 continue;
             }
             match node.conn(session, hint) {
-                Some(conn) => match conn.submit(payload, count).await {
-                    Ok(rx) => b.rx = Some(rx),
-                    Err(e) => b.result = Some(Err(e)),
+                Some(conn) => match within(deadline, conn.submit(payload, count)).await {
+                    Some(Ok(rx)) => b.rx = Some(rx),
+                    Some(Err(e)) => b.result = Some(Err(e)),
+                    None => b.result = Some(Err(timed_out(node))),
                 },
                 None => {
                     b.result = Some(Err(sidecache_pool::Error::Config(
@@ -80,9 +88,16 @@ impl Client {
                 }
             }
         }
-        for b in self.builders.iter_mut() {
+        for (i, b) in self.builders.iter_mut().enumerate() {
             if let Some(rx) = b.rx.take() {
-                b.result = Some(rx.await.unwrap_or(Err(sidecache_pool::Error::Closed)));
+                b.result = Some(match within(deadline, rx).await {
+                    Some(r) => r.unwrap_or(Err(sidecache_pool::Error::Closed)),
+                    None => Err(self
+                        .topo
+                        .nodes()
+                        .get(i)
+                        .map_or(sidecache_pool::Error::Closed, |n| timed_out(n))),
+                });
             }
         }
         for i in 0..self.builders.len() {
@@ -266,7 +281,6 @@ impl Client {
         self.batch_bytes = 0;
         self.batch_writes = false;
         self.now = None;
-        self.refusing = false;
         // Pick up topology changes between batches.
         self.topo = self.shared.upstream.topology();
     }
@@ -356,6 +370,23 @@ impl Client {
             .upstream
             .follow(self.session(), self.hint(), slot, cmd, frame)
             .await
+    }
+}
+
+/// `fut`'s output, or `None` once `deadline` passed (no deadline: waits).
+async fn within<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    fut: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+fn timed_out(node: &sidecache_pool::node::Node) -> sidecache_pool::Error {
+    sidecache_pool::Error::Timeout {
+        addr: node.addr().to_string(),
     }
 }
 

@@ -68,19 +68,25 @@ impl Client {
         let shared = std::sync::Arc::clone(&self.shared);
         let wb = shared.upstream.write_behind();
         let mut permits: smallvec::SmallVec<[_; 1]> = smallvec::SmallVec::new();
-        // After one write of this batch waited the full timeout, the rest of
-        // the batch does not wait again: a pipeline of writes against a full
-        // queue is refused in one timeout, not one timeout per write.
-        let wait = if self.refusing {
-            std::time::Duration::ZERO
-        } else {
-            wb.config().queue_timeout
+        // After one write waited the full timeout and was refused, this
+        // client's writes do not wait again for as long (see `refusing`).
+        let wait = match self.refusing {
+            Some(until) if std::time::Instant::now() < until => std::time::Duration::ZERO,
+            _ => wb.config().queue_timeout,
         };
-        for _ in &groups {
-            match wb.reserve_within(wait).await {
+        for (_, _, pairs) in &groups {
+            match wb
+                .reserve_within(wait, write::encoded_bound(args, pairs))
+                .await
+            {
                 Ok(p) => permits.push(p),
+                // Larger than the whole queue: sent through instead, after
+                // the writes queued before it (as any forwarded command).
+                Err(sidecache_pool::Error::TooLargeToQueue { .. }) => return false,
                 Err(e) => {
-                    self.refusing = true;
+                    if !wait.is_zero() {
+                        self.refusing = Some(std::time::Instant::now() + wait);
+                    }
                     let msg = format!("ERR {e}");
                     self.local_reply(|r| r.error(&msg));
                     return true;

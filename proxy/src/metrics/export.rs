@@ -88,6 +88,12 @@ pub const FAMILIES: &[Family] = &[
     // Write-behind.
     fam("sidecache_write_queue_depth", G, &[], "Acknowledged writes queued and not yet flushed or failed: what a hard crash would lose."),
     fam("sidecache_write_queue_max", G, &[], "Most writes the queue holds (--write-queue-max)."),
+    fam("sidecache_write_queue_bytes", G, &[], "Bytes of the queued writes (their commands plus 64 bytes each)."),
+    fam("sidecache_write_queue_max_bytes", G, &[], "Most bytes the queue holds (--write-queue-max-bytes)."),
+    fam("sidecache_write_backpressure_waits_total", C, &[], "Writes that waited for room in the queue (their client was not read meanwhile)."),
+    fam("sidecache_writes_rerouted_total", C, &[], "Queued writes sent to another master than the one they were queued for (failover, resharding)."),
+    fam("sidecache_slotmap_refreshes_total", C, &[], "Cluster slot-map refreshes (periodic, or asked for after a redirect or a failure)."),
+    fam("sidecache_failovers_followed_total", C, &[], "Slot-map refreshes in which a master left the map (failover or resharding followed)."),
     fam("sidecache_writes_queued_total", C, &[], "Writes acknowledged from memory and queued."),
     fam("sidecache_writes_flushed_total", C, &[], "Queued writes acknowledged by upstream."),
     fam("sidecache_writes_failed_total", C, &[], "Queued writes upstream refused for good (their keys are dropped from the L1)."),
@@ -457,6 +463,25 @@ fn collect_shared(s: &Shared, o: &mut Out) {
         "sidecache_write_queue_max",
         &[],
         wb.config().queue_max as f64,
+    );
+    o.gauge("sidecache_write_queue_bytes", &[], wb.queued_bytes() as f64);
+    o.gauge(
+        "sidecache_write_queue_max_bytes",
+        &[],
+        wb.config().queue_max_bytes as f64,
+    );
+    o.counter(
+        "sidecache_write_backpressure_waits_total",
+        &[],
+        l(&ws.waits),
+    );
+    o.counter("sidecache_writes_rerouted_total", &[], l(&ws.rerouted));
+    let fo = s.upstream.failover_stats();
+    o.counter("sidecache_slotmap_refreshes_total", &[], l(&fo.refreshes));
+    o.counter(
+        "sidecache_failovers_followed_total",
+        &[],
+        l(&fo.masters_replaced),
     );
     o.counter("sidecache_writes_queued_total", &[], l(&ws.queued));
     let (flushed, failed) = (l(&ws.flushed), l(&ws.failed));
