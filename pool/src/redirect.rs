@@ -59,6 +59,21 @@ pub fn decide(frame: &[u8], attempt: u32) -> Action {
     action
 }
 
+/// Whether an error reply (its text, without `-`) is one the cluster gives
+/// while its slot map is changing: the command did not run, and the map
+/// should be read again soon.
+pub fn signals_failover(text: &[u8]) -> bool {
+    [
+        b"CLUSTERDOWN".as_slice(),
+        b"TRYAGAIN",
+        b"MASTERDOWN",
+        b"LOADING",
+        b"READONLY",
+    ]
+    .iter()
+    .any(|p| text.starts_with(p))
+}
+
 fn parse_target(rest: &[u8]) -> Option<(Slot, NodeAddr)> {
     let s = std::str::from_utf8(rest).ok()?;
     let (slot, addr) = s.trim().split_once(' ')?;
@@ -103,5 +118,22 @@ mod tests {
         // Malformed redirects are passed to the client untouched.
         assert_eq!(decide(b"-MOVED x\r\n", 0), Action::Done);
         assert_eq!(decide(b"-MOVED 99999 h:1\r\n", 0), Action::Done);
+    }
+
+    #[test]
+    fn failover_signals() {
+        assert!(signals_failover(b"CLUSTERDOWN The cluster is down"));
+        assert!(signals_failover(
+            b"READONLY You can't write against a read only replica."
+        ));
+        assert!(signals_failover(
+            b"LOADING Redis is loading the dataset in memory"
+        ));
+        assert!(signals_failover(b"MASTERDOWN Link with MASTER is down"));
+        assert!(signals_failover(
+            b"TRYAGAIN Multiple keys request during rehashing"
+        ));
+        assert!(!signals_failover(b"ERR wrong number of arguments"));
+        assert!(!signals_failover(b"BUSY Redis is busy running a script"));
     }
 }

@@ -572,7 +572,10 @@ impl Upstream {
         let mut attempt = 0;
         loop {
             match redirect::decide(&reply, attempt) {
-                Action::Done | Action::GiveUp => return Ok(reply),
+                Action::Done | Action::GiveUp => {
+                    self.note_reply(&reply);
+                    return Ok(reply);
+                }
                 Action::Moved { slot, addr } => {
                     self.note_moved(slot, &addr);
                     let node = self.node(&addr);
@@ -600,6 +603,32 @@ impl Upstream {
                 }
             }
             attempt += 1;
+        }
+    }
+
+    /// Asks for a prompt slot-map refresh when `reply` says the cluster is
+    /// changing under it (a master down, a failover under way, a node
+    /// loading or demoted): the map is re-read every 100–250 ms while such
+    /// replies and connection failures keep coming.
+    pub fn note_reply(&self, reply: &[u8]) {
+        if !self.inner.info.cluster {
+            return;
+        }
+        if let Some(text) = resp::error_text(reply) {
+            if redirect::signals_failover(text) {
+                self.request_refresh();
+            }
+        }
+    }
+
+    /// Asks for a prompt slot-map refresh after a failure to reach a
+    /// master (cluster only).
+    pub fn note_failure(&self, e: &Error) {
+        if matches!(
+            e,
+            Error::Connect { .. } | Error::ConnectionLost { .. } | Error::Timeout { .. }
+        ) {
+            self.request_refresh();
         }
     }
 

@@ -517,18 +517,10 @@ impl Sent {
 /// refreshed as often, writes follow a promotion within a few hundred ms.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
-/// Upstream errors after which the same write may succeed later.
+/// Upstream errors after which the same write may succeed later: the
+/// cluster changing under it, or a busy server.
 fn retryable(text: &[u8]) -> bool {
-    [
-        "READONLY",
-        "LOADING",
-        "MASTERDOWN",
-        "TRYAGAIN",
-        "CLUSTERDOWN",
-        "BUSY ",
-    ]
-    .iter()
-    .any(|p| text.starts_with(p.as_bytes()))
+    redirect::signals_failover(text) || text.starts_with(b"BUSY ")
 }
 
 impl Batcher {

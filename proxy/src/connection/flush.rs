@@ -101,7 +101,8 @@ impl Client {
             }
         }
         for i in 0..self.builders.len() {
-            if let Some(Err(_)) = self.builders[i].result {
+            if let Some(Err(e)) = &self.builders[i].result {
+                self.shared.upstream.note_failure(e);
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
                 }
