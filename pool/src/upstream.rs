@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::{expect_ok, Connector};
 use crate::error::{Error, Result};
+use crate::health::HealthStats;
 use crate::mux::MuxConn;
 use crate::mux::Replies;
 use crate::node::Node;
@@ -63,6 +64,8 @@ struct Inner {
     /// Per slot: the node (as `Arc::as_ptr`) its last write-behind write was
     /// queued on; 0 for none. Detects a slot that moved between writes.
     slot_last: Box<[std::sync::atomic::AtomicUsize]>,
+    /// Shared by every node's health.
+    health: Arc<HealthStats>,
 }
 
 /// Handle to the upstream; cheap to clone.
@@ -193,6 +196,7 @@ impl Upstream {
             slot_last: (0..crate::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
+            health: Arc::default(),
             cfg,
         });
         let up = Upstream { inner };
@@ -349,6 +353,11 @@ impl Upstream {
         }
     }
 
+    /// Counters shared by every node's health (see [`crate::health`]).
+    pub(crate) fn health_stats(&self) -> &HealthStats {
+        &self.inner.health
+    }
+
     /// Write-behind state and counters.
     pub fn write_behind(&self) -> &WriteBehind {
         &self.inner.wb
@@ -357,7 +366,15 @@ impl Upstream {
     /// A connection of its own (not shared with clients), e.g. for a
     /// write-behind batcher.
     pub(crate) fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
-        MuxConn::spawn(Arc::clone(&self.inner.connector), addr.clone(), session)
+        // A connection of the node: it reports to (and reconnects with)
+        // the node's health like the node's own connections.
+        let health = Arc::clone(self.node(addr).health());
+        MuxConn::spawn_watched(
+            Arc::clone(&self.inner.connector),
+            addr.clone(),
+            session,
+            health,
+        )
     }
 
     /// Queues an acknowledged write for `node` (after a permit from
@@ -526,8 +543,12 @@ impl Upstream {
         let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(nodes.entry(addr.clone()).or_insert_with(|| {
             Arc::new(Node::new(
-                addr.clone(),
-                Arc::clone(&self.inner.connector),
+                Arc::new(crate::health::Health::new(
+                    addr.clone(),
+                    Arc::clone(&self.inner.connector),
+                    Arc::clone(&self.inner.health),
+                    !self.inner.info.cluster,
+                )),
                 self.inner.cfg.pool_size,
                 self.inner.info.databases,
                 self.tracking_hub(),
