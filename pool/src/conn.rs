@@ -63,6 +63,11 @@ impl Connector {
         })
     }
 
+    /// How long a connect (and its handshake) may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// Largest bulk accepted in a reply.
     pub fn max_reply_bulk(&self) -> usize {
         self.max_reply_bulk

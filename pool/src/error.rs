@@ -38,6 +38,15 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// A standalone node answered `-READONLY` (it is a replica now: the
+    /// endpoint moved), so its connection was closed to reconnect through
+    /// a fresh name resolution. Commands still unanswered when the drain
+    /// gave up may or may not have run.
+    #[error("upstream {addr} answered READONLY (a replica now): reconnecting")]
+    Demoted {
+        /// `host:port` of the node.
+        addr: String,
+    },
     /// The connection handshake (AUTH, HELLO, SELECT) was refused.
     #[error("upstream {addr} refused the handshake: {reply}")]
     Handshake {

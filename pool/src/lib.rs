@@ -11,6 +11,8 @@
 //! - [`resp`]: reply framing ([`resp::Scanner`]) and decoding ([`resp::Value`]).
 //! - [`conn`]: opening one connection (TCP/TLS, HELLO/AUTH/SELECT).
 //! - [`mux`]: a multiplexed, pipelined connection with a reconnecting supervisor.
+//! - [`health`]: a node's health as its replies show it (BUSY, LOADING,
+//!   MASTERDOWN, overdue replies), its prober and control connection.
 //! - [`node`]: a node's connections per (database, protocol).
 //! - [`topology`]: the slot → node map, replaced whole on refresh.
 //! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
@@ -26,6 +28,7 @@
 pub mod config;
 pub mod conn;
 pub mod error;
+pub mod health;
 pub mod mux;
 pub mod node;
 pub mod peer;

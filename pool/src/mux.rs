@@ -18,6 +18,23 @@
 //! A supervisor reconnects with backoff; while disconnected, requests fail
 //! fast instead of piling up.
 //!
+//! A connection of a node ([`MuxConn::spawn_watched`]) also reports to the
+//! node's [`Health`]: every reply is observed (BUSY, LOADING, MASTERDOWN),
+//! and the writer arms a timer ([`SUSPECT_AFTER`]) when it writes; a
+//! request written before the timer was armed and still unanswered when
+//! it fires makes the node suspect. One timer per connection at a time,
+//! none while idle.
+//!
+//! # Endpoint moves (standalone)
+//! A managed primary endpoint (ElastiCache) moves by DNS: the old primary
+//! becomes a replica and answers writes with `-READONLY` on connections
+//! that still work. When a watched connection of a standalone node reads
+//! `-READONLY`, it stops taking requests (they wait in the queue), lets
+//! the replies in flight arrive (at most [`DRAIN_LIMIT`]), closes, and
+//! reconnects, resolving the name again; requests queued meanwhile go to
+//! the new connection. Repeated READONLY reconnects (the name has not
+//! moved yet) back off from 20 ms to 1 s.
+//!
 //! # Race window
 //! The writer queues the `Inflight` entry *before* writing the bytes, so the
 //! reader always finds the sink for a reply it reads. If the connection
@@ -36,6 +53,7 @@ use tracing::{debug, warn};
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};
 use crate::error::{Error, Result};
+use crate::health::{Health, SUSPECT_AFTER};
 use crate::resp::{self, Scanner};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
@@ -53,6 +71,11 @@ const GATHER_BELOW: usize = 16;
 /// At most this many such passes before a write (also the write-behind
 /// batcher's, before it takes a small batch).
 pub(crate) const GATHER_TURNS: usize = 2;
+
+/// How long a connection that read `-READONLY` waits for the replies
+/// still in flight before it closes anyway (they fail as
+/// [`Error::Demoted`]: may or may not have run).
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(1);
 
 /// The replies of one request, one frame per command, in order.
 pub type Replies = Vec<Bytes>;
@@ -100,7 +123,20 @@ impl MuxConn {
     /// Starts the connection's supervisor; it connects in the background.
     pub fn spawn(connector: Arc<Connector>, addr: NodeAddr, session: Session) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, None));
+        tokio::spawn(supervise(connector, addr, session, rx, None, None));
+        MuxConn { tx }
+    }
+
+    /// Like [`MuxConn::spawn`], for a connection of a node: it reports to
+    /// the node's `health` (and, standalone, reconnects on `-READONLY`).
+    pub(crate) fn spawn_watched(
+        connector: Arc<Connector>,
+        addr: NodeAddr,
+        session: Session,
+        health: Arc<Health>,
+    ) -> MuxConn {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(supervise(connector, addr, session, rx, None, Some(health)));
         MuxConn { tx }
     }
 
@@ -114,9 +150,17 @@ impl MuxConn {
         addr: NodeAddr,
         session: Session,
         channel: Arc<Channel>,
+        health: Arc<Health>,
     ) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, Some(channel)));
+        tokio::spawn(supervise(
+            connector,
+            addr,
+            session,
+            rx,
+            Some(channel),
+            Some(health),
+        ));
         MuxConn { tx }
     }
 
@@ -183,14 +227,19 @@ async fn supervise(
     session: Session,
     mut rx: mpsc::Receiver<Request>,
     channel: Option<Arc<Channel>>,
+    health: Option<Arc<Health>>,
 ) {
     let mut backoff = Duration::from_millis(20);
+    // Before reconnecting after a READONLY: none the first time.
+    let mut demoted_pause = Duration::ZERO;
     loop {
         match connector.connect(&addr, session).await {
             Ok((rd, wr)) => {
                 debug!(%addr, "upstream connected");
                 backoff = Duration::from_millis(20);
-                let reason = run_connected(&addr, rd, wr, &mut rx, channel.as_ref()).await;
+                let since = std::time::Instant::now();
+                let reason =
+                    run_connected(&addr, rd, wr, &mut rx, channel.as_ref(), health.as_ref()).await;
                 if let Some(ch) = &channel {
                     let why = reason
                         .as_ref()
@@ -199,6 +248,20 @@ async fn supervise(
                 }
                 match reason {
                     None => return,
+                    Some(e @ Error::Demoted { .. }) => {
+                        warn!(%addr, error = %e, "upstream demoted");
+                        if let Some(h) = &health {
+                            h.note_readonly_reconnect();
+                        }
+                        if since.elapsed() > Duration::from_secs(2) {
+                            demoted_pause = Duration::ZERO;
+                        }
+                        // Requests wait in the queue meanwhile (bounded):
+                        // they are for the new connection.
+                        tokio::time::sleep(demoted_pause).await;
+                        demoted_pause = (demoted_pause * 2)
+                            .clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    }
                     Some(e) => warn!(%addr, error = %e, "upstream connection lost"),
                 }
             }
@@ -231,16 +294,32 @@ async fn run_connected(
     mut wr: WriteHalf,
     rx: &mut mpsc::Receiver<Request>,
     channel: Option<&Arc<Channel>>,
+    health: Option<&Arc<Health>>,
 ) -> Option<Error> {
     let (inflight_tx, inflight_rx) = mpsc::channel::<Inflight>(INFLIGHT);
     let pongs = Arc::new(AtomicU64::new(0));
+    // Requests answered (by the reader), against `sent` (by the writer).
+    let done = Arc::new(AtomicU64::new(0));
+    let demoted = Arc::new(tokio::sync::Notify::new());
     let mut reader = tokio::spawn(read_loop(
         addr.clone(),
         rd,
         inflight_rx,
         channel.cloned(),
         Arc::clone(&pongs),
+        Watch {
+            health: health.cloned(),
+            done: Arc::clone(&done),
+            demoted: Arc::clone(&demoted),
+        },
     ));
+    let mut sent: u64 = 0;
+    // The watchdog: armed at a write while disarmed; `armed_at` is `sent`
+    // then. Never armed on an unwatched connection.
+    let watchdog = tokio::time::sleep(SUSPECT_AFTER);
+    tokio::pin!(watchdog);
+    let mut armed = false;
+    let mut armed_at: u64 = 0;
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
@@ -258,6 +337,7 @@ async fn run_connected(
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
             return Some(lost("registering CLIENT TRACKING failed".into()));
         }
+        sent += 1;
         let mut t = tokio::time::interval(HEARTBEAT);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         heartbeat = Some(t);
@@ -272,6 +352,30 @@ async fn run_connected(
                     Ok(e) => e,
                     Err(e) => lost(e.to_string()),
                 });
+            }
+            () = demoted.notified() => {
+                // Take nothing more; the reader ends once every reply in
+                // flight is in (or after DRAIN_LIMIT).
+                drop(inflight_tx);
+                return Some(match reader.await {
+                    Ok(e) => e,
+                    Err(e) => lost(e.to_string()),
+                });
+            }
+            () = &mut watchdog, if armed => {
+                armed = false;
+                let answered = done.load(Ordering::Acquire);
+                if answered < armed_at {
+                    if let Some(h) = health {
+                        h.suspect();
+                    }
+                }
+                if answered < sent {
+                    watchdog.as_mut().reset(tokio::time::Instant::now() + SUSPECT_AFTER);
+                    armed = true;
+                    armed_at = sent;
+                }
+                continue;
             }
             r = rx.recv() => r,
             _ = tick(&mut heartbeat) => {
@@ -293,6 +397,7 @@ async fn run_connected(
                 let mut p = BytesMut::with_capacity(16);
                 resp::encode_command(&mut p, &[b"PING"]);
                 pings += 1;
+                sent += 1;
                 ping_sent = std::time::Instant::now();
                 if let Err(e) = wr.write_all(&p).await {
                     drop(inflight_tx);
@@ -317,6 +422,7 @@ async fn run_connected(
                 wbuf.extend_from_slice(&req.payload);
                 taken += req.count;
                 gathered |= req.gathered;
+                sent += 1;
                 let entry = Inflight {
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
@@ -345,11 +451,27 @@ async fn run_connected(
             let _ = reader.await;
             return Some(lost(e.to_string()));
         }
+        if !armed && health.is_some() {
+            watchdog
+                .as_mut()
+                .reset(tokio::time::Instant::now() + SUSPECT_AFTER);
+            armed = true;
+            armed_at = sent;
+        }
         wbuf.clear();
         if wbuf.capacity() > 4 * MAX_WRITE {
             wbuf = BytesMut::with_capacity(16 * 1024);
         }
     }
+}
+
+/// What the reader shares with the writer and the node.
+struct Watch {
+    health: Option<Arc<Health>>,
+    /// Requests answered.
+    done: Arc<AtomicU64>,
+    /// Told once when the connection must reconnect (READONLY).
+    demoted: Arc<tokio::sync::Notify>,
 }
 
 async fn read_loop(
@@ -358,7 +480,14 @@ async fn read_loop(
     mut inflight: mpsc::Receiver<Inflight>,
     channel: Option<Arc<Channel>>,
     pongs: Arc<AtomicU64>,
+    watch: Watch,
 ) -> Error {
+    let readonly_reconnects = watch
+        .health
+        .as_ref()
+        .is_some_and(|h| h.reconnects_on_readonly());
+    // Set once READONLY was read: the end of this connection.
+    let mut drain_until: Option<tokio::time::Instant> = None;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
@@ -380,6 +509,16 @@ async fn read_loop(
                         }
                         continue;
                     }
+                    if let Some(h) = &watch.health {
+                        h.observe(&frame);
+                    }
+                    if readonly_reconnects
+                        && drain_until.is_none()
+                        && frame.starts_with(b"-READONLY")
+                    {
+                        drain_until = Some(tokio::time::Instant::now() + DRAIN_LIMIT);
+                        watch.demoted.notify_one();
+                    }
                     let mut cur = match current.take() {
                         Some(c) => c,
                         None => match inflight.try_recv() {
@@ -389,6 +528,7 @@ async fn read_loop(
                     };
                     cur.frames.push(frame);
                     if cur.frames.len() >= cur.count {
+                        watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {
                             Sink::Caller(tx) => {
                                 let _ = tx.send(Ok(cur.frames));
@@ -425,7 +565,35 @@ async fn read_loop(
         if buf.capacity() - buf.len() < 8 * 1024 {
             buf.reserve(64 * 1024);
         }
-        match rd.read_buf(&mut buf).await {
+        let read = match drain_until {
+            None => rd.read_buf(&mut buf).await,
+            Some(until) => {
+                let demoted = || Error::Demoted {
+                    addr: addr.to_string(),
+                };
+                if current.is_none() {
+                    match inflight.try_recv() {
+                        Ok(c) => current = Some(c),
+                        // The writer stopped and everything is answered.
+                        Err(mpsc::error::TryRecvError::Disconnected) => break demoted(),
+                        Err(mpsc::error::TryRecvError::Empty) => {}
+                    }
+                }
+                // `read_buf` is cancel safe: bytes are only taken when read.
+                tokio::select! {
+                    r = rd.read_buf(&mut buf) => r,
+                    c = inflight.recv(), if current.is_none() => match c {
+                        Some(c) => {
+                            current = Some(c);
+                            continue;
+                        }
+                        None => break demoted(),
+                    },
+                    () = tokio::time::sleep_until(until) => break demoted(),
+                }
+            }
+        };
+        match read {
             Ok(0) => break lost("closed by server".into()),
             Ok(_) => {}
             Err(e) => break lost(e.to_string()),

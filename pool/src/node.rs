@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::Connector;
+use crate::health::Health;
 use crate::mux::MuxConn;
 use crate::tracking::{Channel, Hub};
 use crate::write_behind::WriteQueue;
@@ -29,19 +30,23 @@ pub struct Node {
     gate: Option<Arc<Channel>>,
     /// The database the tracking connection has selected (clients' default).
     tracked_db: u16,
+    /// What the node's replies say of it; shared by its connections.
+    health: Arc<Health>,
 }
 
 impl Node {
-    /// A node whose connections open on first use.
+    /// A node whose connections open on first use; `health` names it and
+    /// holds the connector its connections use.
     pub(crate) fn new(
-        addr: NodeAddr,
-        connector: Arc<Connector>,
+        health: Arc<Health>,
         pool_size: usize,
         databases: u16,
         hub: Option<&Arc<Hub>>,
         peer_gate: Option<&Arc<Channel>>,
         tracked_db: u16,
     ) -> Node {
+        let addr = health.addr().clone();
+        let connector = Arc::clone(health.connector());
         let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
         let tracker = channel.as_ref().map(|ch| {
             MuxConn::spawn_tracked(
@@ -52,6 +57,7 @@ impl Node {
                     proto: Proto::Resp3,
                 },
                 Arc::clone(ch),
+                Arc::clone(&health),
             )
         });
         let pools = (0..usize::from(databases.max(1)) * 2)
@@ -70,7 +76,13 @@ impl Node {
             tracked_db,
             channel,
             tracker,
+            health,
         }
+    }
+
+    /// The node's health, as its replies show it.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// Whether values read from this node may be cached now: its
@@ -142,7 +154,14 @@ impl Node {
         let idx = usize::from(session.db) * 2 + usize::from(session.proto == Proto::Resp3);
         let pool = self.pools.get(idx)?.get_or_init(|| {
             (0..self.pool_size)
-                .map(|_| MuxConn::spawn(Arc::clone(&self.connector), self.addr.clone(), session))
+                .map(|_| {
+                    MuxConn::spawn_watched(
+                        Arc::clone(&self.connector),
+                        self.addr.clone(),
+                        session,
+                        Arc::clone(&self.health),
+                    )
+                })
                 .collect()
         });
         pool.get(hint % pool.len())

@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::{expect_ok, Connector};
 use crate::error::{Error, Result};
+use crate::health::HealthStats;
 use crate::mux::MuxConn;
 use crate::mux::Replies;
 use crate::node::Node;
@@ -72,6 +73,8 @@ struct Inner {
     has_retired: std::sync::atomic::AtomicBool,
     /// Failover and re-routing counters.
     pub(crate) failover: FailoverStats,
+    /// Shared by every node's health.
+    health: Arc<HealthStats>,
 }
 
 /// What following the cluster through failovers took.
@@ -216,6 +219,7 @@ impl Upstream {
             retired: Mutex::new(Vec::new()),
             has_retired: std::sync::atomic::AtomicBool::new(false),
             failover: FailoverStats::default(),
+            health: Arc::default(),
             cfg,
         });
         let up = Upstream { inner };
@@ -372,6 +376,11 @@ impl Upstream {
         }
     }
 
+    /// Counters shared by every node's health (see [`crate::health`]).
+    pub(crate) fn health_stats(&self) -> &HealthStats {
+        &self.inner.health
+    }
+
     /// Write-behind state and counters.
     pub fn write_behind(&self) -> &WriteBehind {
         &self.inner.wb
@@ -380,7 +389,15 @@ impl Upstream {
     /// A connection of its own (not shared with clients), e.g. for a
     /// write-behind batcher.
     pub(crate) fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
-        MuxConn::spawn(Arc::clone(&self.inner.connector), addr.clone(), session)
+        // A connection of the node: it reports to (and reconnects with)
+        // the node's health like the node's own connections.
+        let health = Arc::clone(self.node(addr).health());
+        MuxConn::spawn_watched(
+            Arc::clone(&self.inner.connector),
+            addr.clone(),
+            session,
+            health,
+        )
     }
 
     /// Queues an acknowledged write for `node` (after a permit from
@@ -637,8 +654,12 @@ impl Upstream {
         let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(nodes.entry(addr.clone()).or_insert_with(|| {
             Arc::new(Node::new(
-                addr.clone(),
-                Arc::clone(&self.inner.connector),
+                Arc::new(crate::health::Health::new(
+                    addr.clone(),
+                    Arc::clone(&self.inner.connector),
+                    Arc::clone(&self.inner.health),
+                    !self.inner.info.cluster,
+                )),
                 self.inner.cfg.pool_size,
                 self.inner.info.databases,
                 self.tracking_hub(),

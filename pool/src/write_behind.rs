@@ -503,11 +503,19 @@ struct Sent {
 }
 
 impl Sent {
-    /// Its answers; `None` if they are not all there (connection trouble).
+    /// Its answers; `None` if they are not all there (connection trouble)
+    /// or the node answered READONLY (demoted: its connection reconnects,
+    /// and batches sent after this one may land on the new primary first,
+    /// so they all go again in order, as after a connection loss).
     async fn answers(&mut self) -> Option<Replies> {
         let rx = self.replies.as_mut()?;
         match rx.await {
-            Ok(Ok(r)) if r.len() == self.batch.len() => Some(r),
+            Ok(Ok(r))
+                if r.len() == self.batch.len()
+                    && !r.iter().any(|f| f.starts_with(b"-READONLY")) =>
+            {
+                Some(r)
+            }
             _ => None,
         }
     }

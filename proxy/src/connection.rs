@@ -47,6 +47,8 @@ mod cache;
 mod flush;
 mod write;
 
+pub(crate) use flush::upstream_error;
+
 /// Commands resolved together at most (bounds memory per client).
 pub const MAX_BATCH: usize = 4096;
 /// Request bytes resolved together at most.
@@ -96,6 +98,11 @@ enum Pending {
     Join(Joined),
     Mget(Vec<MgetItem>),
     Invalidate(Inval),
+    /// PING while a node is not known healthy: answered by the node, on
+    /// its control connection (the encoded command).
+    Ping(Bytes),
+    /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
+    Kill(Bytes),
     Up {
         node: u32,
         idx: u32,
@@ -284,6 +291,16 @@ impl Client {
                 self.local_reply(|r| r.error("NOAUTH Authentication required."));
                 return Flow::Continue;
             }
+            // PING is answered here only while every node is known
+            // healthy (one atomic load); otherwise Redis's answer (BUSY,
+            // LOADING, …) is the client's. See `sidecache_pool::health`.
+            if cmd == Local::Ping && args.len() <= 2 && !self.shared.upstream.all_healthy() {
+                let mut ping = BytesMut::new();
+                let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+                resp::encode_command(&mut ping, &argv);
+                self.pending.push(Pending::Ping(ping.freeze()));
+                return Flow::Continue;
+            }
             if cmd.changes_session() {
                 self.flush().await;
             }
@@ -331,6 +348,7 @@ impl Client {
                 });
             }
             Handling::Info => self.info(req),
+            Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
             Handling::Scan if cluster => self.scan(req),
             Handling::FanOut(kind) if cluster => {
                 let parts = (0..self.topo.nodes().len())

@@ -1,7 +1,8 @@
 //! The HTTP endpoint (`--metrics-listen`): `/metrics` (Prometheus text
 //! format), `/healthz` (the process answers) and `/readyz` (200 once the
-//! upstream topology is known and every slot is served, 503 with a one-line
-//! reason otherwise). HTTP/1.1 only, GET and HEAD only, nothing else.
+//! upstream topology is known, every slot is served and no master's latest
+//! reply was BUSY, LOADING or MASTERDOWN; 503 with a one-line reason
+//! otherwise, e.g. `upstream 127.0.0.1:7000 busy: BUSY Redis is busy …`). HTTP/1.1 only, GET and HEAD only, nothing else.
 
 use std::convert::Infallible;
 use std::sync::Arc;

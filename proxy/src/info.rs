@@ -124,7 +124,7 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
     let info = s.upstream.server_info();
     let wb = s.upstream.write_behind();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.version,
@@ -142,6 +142,10 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
         load(&s.stats.commands),
         load(&s.stats.protocol_errors),
         load(&s.stats.upstream_errors),
+        s.upstream
+            .trouble()
+            .map_or_else(|| "ok".to_owned(), |t| t.replace(['\r', '\n'], " ")),
+        s.upstream.readonly_reconnects(),
         s.started.elapsed().as_secs(),
     )
 }

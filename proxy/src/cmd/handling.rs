@@ -33,6 +33,10 @@ pub enum Handling {
     Scan,
     /// INFO: a `# Proxy` section plus the upstream's.
     Info,
+    /// SCRIPT KILL / FUNCTION KILL: to every master on its control
+    /// connection (a shared one may be the one blocked behind the running
+    /// script); `+OK` if any master killed one, else its error.
+    Kill,
     /// XREAD/XREADGROUP: forwarded unless they BLOCK.
     MaybeBlocking,
     /// Needs a dedicated upstream connection; refused with this reason.
@@ -113,6 +117,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
         (None, "wait" | "waitaof") => Handling::Unsupported(BLOCKING),
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),
+        (Some("script"), "script|kill") | (Some("function"), "function|kill") => Handling::Kill,
         (Some("script"), "script|load" | "script|flush" | "script|exists") => {
             Handling::FanOut(Merge::First)
         }
@@ -146,6 +151,14 @@ mod tests {
             for_command("blpop", None, blocking),
             Handling::Unsupported(_)
         ));
+        assert_eq!(
+            for_command("script|kill", Some("script"), f),
+            Handling::Kill
+        );
+        assert_eq!(
+            for_command("function|kill", Some("function"), f),
+            Handling::Kill
+        );
         assert_eq!(
             for_command("xread", None, blocking),
             Handling::MaybeBlocking

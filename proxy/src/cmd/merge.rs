@@ -96,6 +96,23 @@ pub fn merge(
     }
 }
 
+/// SCRIPT KILL / FUNCTION KILL sent to every master: `+OK` if any master
+/// killed a script (what a Redis Cluster client fanning it out expects),
+/// else the first Redis error (`-NOTBUSY …`, `-UNKILLABLE …`), else the
+/// first upstream failure.
+pub fn kill(parts: &[sidecache_pool::Result<Bytes>], out: &mut BytesMut) {
+    let frames = || parts.iter().filter_map(|p| p.as_ref().ok());
+    if let Some(ok) = frames().find(|f| resp::error_text(f).is_none()) {
+        out.put_slice(ok);
+    } else if let Some(e) = frames().next() {
+        out.put_slice(e);
+    } else if let Some(Err(e)) = parts.first() {
+        crate::connection::upstream_error(out, e);
+    } else {
+        out.put_slice(b"-ERR no upstream master to send the command to\r\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::handling::Merge;
@@ -106,6 +123,33 @@ mod tests {
             frame: Bytes::from_static(f),
             positions: pos,
         }
+    }
+
+    #[test]
+    fn kill_is_ok_when_any_master_killed_one() {
+        let notbusy = || {
+            Ok(Bytes::from_static(
+                b"-NOTBUSY No scripts in execution right now.\r\n",
+            ))
+        };
+        let mut out = BytesMut::new();
+        kill(
+            &[notbusy(), Ok(Bytes::from_static(b"+OK\r\n")), notbusy()],
+            &mut out,
+        );
+        assert_eq!(&out[..], b"+OK\r\n");
+        out.clear();
+        kill(&[notbusy(), notbusy()], &mut out);
+        assert_eq!(&out[..], b"-NOTBUSY No scripts in execution right now.\r\n");
+        out.clear();
+        let lost = sidecache_pool::Error::Timeout {
+            addr: "127.0.0.1:7000".into(),
+        };
+        kill(&[Err(lost.clone()), notbusy()], &mut out);
+        assert!(out.starts_with(b"-NOTBUSY"));
+        out.clear();
+        kill(&[Err(lost)], &mut out);
+        assert_eq!(&out[..], b"-ERR upstream 127.0.0.1:7000 timed out\r\n");
     }
 
     #[test]

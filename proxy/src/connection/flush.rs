@@ -216,6 +216,20 @@ impl Client {
                         None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
                     }
                 }
+                Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
+                    Ok(f) => self.wbuf.put_slice(&f),
+                    Err(e) => {
+                        errors += 1;
+                        upstream_error(&mut self.wbuf, &e);
+                    }
+                },
+                Pending::Kill(cmd) => {
+                    let parts = self.shared.upstream.kill(cmd).await;
+                    if parts.iter().all(|p| p.is_err()) {
+                        errors += 1;
+                    }
+                    merge::kill(&parts, &mut self.wbuf);
+                }
                 Pending::Scan {
                     node,
                     idx,
@@ -423,7 +437,7 @@ fn error_frame(e: &sidecache_pool::Error) -> Bytes {
 }
 
 /// Writes an upstream failure as a Redis error reply.
-pub(super) fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
+pub(crate) fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
     let text = e.to_string().replace(['\r', '\n'], " ");
     out.put_slice(b"-ERR ");
     out.put_slice(text.as_bytes());

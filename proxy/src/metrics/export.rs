@@ -67,7 +67,7 @@ pub const FAMILIES: &[Family] = &[
     // Process and clients.
     fam("sidecache_build_info", G, &["version"], "Always 1; the sidecache version as a label."),
     fam("sidecache_start_time_seconds", G, &[], "Start time of the process, seconds since the Unix epoch."),
-    fam("sidecache_ready", G, &[], "1 when /readyz answers 200 (upstream known, every slot served, not shutting down)."),
+    fam("sidecache_ready", G, &[], "1 when /readyz answers 200 (upstream known, every slot served, no master answering BUSY/LOADING/MASTERDOWN, not shutting down)."),
     fam("sidecache_connected_clients", G, &[], "Client connections open now."),
     fam("sidecache_connections_received_total", C, &[], "Client connections accepted."),
     fam("sidecache_connections_rejected_total", C, &[], "Client connections refused by --maxclients."),
@@ -122,6 +122,8 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_upstream_pool_connections", G, &["shard"], "Multiplexed connections per database and protocol in use to the master (--pool-size)."),
     fam("sidecache_upstream_errors_total", C, &[], "Commands answered with an upstream failure (not Redis's own error replies)."),
     fam("sidecache_upstream_redirects_total", C, &["kind"], "MOVED and ASK replies followed for client commands."),
+    fam("sidecache_upstream_readonly_reconnects_total", C, &[], "Upstream connections closed and re-opened (fresh DNS resolution) because a standalone node answered READONLY: the endpoint moved to a new primary."),
+    fam("sidecache_upstream_healthy", G, &["shard"], "0 while the master's latest reply was BUSY, LOADING or MASTERDOWN, or a request to it is overdue; 1 otherwise."),
 ];
 
 /// State the exporter and readiness read; filled in as start-up proceeds.
@@ -236,7 +238,12 @@ fn readiness(cell: &Cell) -> Result<(), String> {
     decide(topo.nodes().len(), uncovered_slots(&topo)).inspect_err(|_| {
         // A fresh slot map may already cover them (rate-limited upstream).
         shared.upstream.request_refresh();
-    })
+    })?;
+    // A master that answers BUSY, LOADING or MASTERDOWN serves nothing.
+    match shared.upstream.trouble() {
+        Some(t) => Err(one_line(&t)),
+        None => Ok(()),
+    }
 }
 
 /// Readiness from the topology's figures (pure: tested without sockets).
@@ -625,6 +632,18 @@ fn collect_shared(s: &Shared, o: &mut Out) {
         &[],
         l(&s.stats.upstream_errors),
     );
+    o.counter(
+        "sidecache_upstream_readonly_reconnects_total",
+        &[],
+        s.upstream.readonly_reconnects(),
+    );
+    for n in topo.nodes() {
+        o.gauge(
+            "sidecache_upstream_healthy",
+            &[("shard", &n.addr().to_string())],
+            if n.health().is_healthy() { 1.0 } else { 0.0 },
+        );
+    }
     for (kind, c) in ["moved", "ask"].into_iter().zip(&m.redirects) {
         o.counter(
             "sidecache_upstream_redirects_total",
