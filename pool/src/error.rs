@@ -59,7 +59,7 @@ pub enum Error {
     #[error("upstream protocol error: {0}")]
     Protocol(#[from] crate::resp::ProtocolError),
     /// A command did not complete within the configured timeout.
-    #[error("upstream {addr} did not answer in time (--upstream-timeout)")]
+    #[error("upstream {addr} did not answer in time")]
     Timeout {
         /// `host:port` of the node.
         addr: String,

@@ -1,0 +1,257 @@
+//! Transactions through sidecache against real redis-servers: MULTI/EXEC/
+//! DISCARD/WATCH/UNWATCH answered exactly as Redis answers them, standalone
+//! and cluster, with write-behind and the L1 kept out of the transaction.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::{enc, info_field, raw, raw_on, Cluster, Proxy, RedisServer};
+use tokio::net::TcpStream;
+
+/// Sends `lines` (one command each, arguments split on spaces) as one
+/// pipeline and returns the raw replies (`replies` frames).
+async fn pipeline(s: &mut TcpStream, lines: &[&str], replies: usize) -> String {
+    let input: String = lines.iter().map(|l| enc(l)).collect();
+    String::from_utf8_lossy(&raw_on(s, input.as_bytes(), replies).await).into_owned()
+}
+
+/// The same script on Redis directly and through sidecache (each on a fresh
+/// database), every reply byte for byte; `split`: send each command alone,
+/// waiting for its reply (the transaction then spans requests), instead of
+/// as one pipeline.
+async fn same_as_redis(redis: &RedisServer, proxy: &Proxy, script: &[&str], split: bool) {
+    let mut outs = Vec::new();
+    for addr in [redis.addr(), proxy.addr.to_string()] {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        pipeline(&mut s, &["FLUSHALL"], 1).await;
+        let mut out = String::new();
+        if split {
+            for l in script {
+                out.push_str(&pipeline(&mut s, &[l], 1).await);
+            }
+        } else {
+            out = pipeline(&mut s, script, script.len()).await;
+        }
+        outs.push(out);
+    }
+    assert_eq!(outs[1], outs[0], "script {script:?} (split: {split})");
+}
+
+const SCRIPTS: &[&[&str]] = &[
+    &["MULTI", "SET k 1", "INCR k", "GET k", "EXEC", "GET k"],
+    &["MULTI", "SET k 1", "DISCARD", "GET k", "EXISTS k"],
+    // A queue-time error aborts the whole transaction.
+    &["MULTI", "SET k 1", "NOSUCHCOMMAND x", "GET k", "EXEC", "EXISTS k"],
+    &["MULTI", "SET k", "EXEC", "EXISTS k"],
+    // Errors at run time land inside EXEC's array.
+    &["SET s x", "MULTI", "INCR s", "SET t 1", "EXEC", "GET t"],
+    // Nested MULTI and WATCH inside MULTI are refused without aborting.
+    &["MULTI", "MULTI", "WATCH k", "SET k 2", "EXEC", "GET k"],
+    &["EXEC", "DISCARD", "UNWATCH", "MULTI", "EXEC"],
+    // GET and PING inside MULTI are queued, not answered.
+    &["SET k v", "GET k", "MULTI", "GET k", "PING", "ECHO hi", "EXEC"],
+    // WATCH: a key this client changes itself fails its EXEC.
+    &["SET w 1", "WATCH w", "SET w 2", "MULTI", "INCR w", "EXEC", "GET w"],
+    &["SET w 1", "WATCH w", "GET w", "MULTI", "INCR w", "EXEC", "GET w"],
+    &["WATCH w", "UNWATCH", "SET w 5", "MULTI", "INCR w", "EXEC"],
+    &["WATCH w", "MULTI", "DISCARD", "SET w 5", "MULTI", "INCR w", "EXEC"],
+    &["WATCH a b c", "WATCH d", "MULTI", "SET a 1", "EXEC", "EXEC"],
+];
+
+#[tokio::test]
+async fn transactions_reply_as_redis_does() {
+    let redis = RedisServer::start(&[]);
+    let upstream = RedisServer::start(&[]);
+    let proxy = Proxy::start(&upstream.url(), &[]).await;
+    for script in SCRIPTS {
+        same_as_redis(&redis, &proxy, script, false).await;
+        same_as_redis(&redis, &proxy, script, true).await;
+    }
+    // RESP3: EXEC's array and a failed WATCH's null pass through too.
+    let mut outs = Vec::new();
+    for addr in [redis.addr(), proxy.addr.to_string()] {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let hello = pipeline(&mut s, &["HELLO 3"], 1).await;
+        assert!(hello.starts_with('%'), "{hello}");
+        outs.push(
+            pipeline(
+                &mut s,
+                &["SET r 1", "WATCH r", "SET r 2", "MULTI", "GET r", "EXEC", "MULTI", "HGETALL nohash", "EXEC"],
+                9,
+            )
+            .await,
+        );
+    }
+    assert_eq!(outs[1], outs[0]);
+    proxy.stop().await;
+}
+
+/// Inside MULTI nothing comes from the L1 or goes through write-behind; the
+/// client's queued writes land before the transaction; what it wrote leaves
+/// the L1.
+#[tokio::test]
+async fn l1_and_write_behind_stay_out_of_transactions() {
+    let redis = RedisServer::start(&[]);
+    // No tracking: an upstream change would not reach the L1 by itself.
+    let proxy = Proxy::start(&redis.url(), &["--tracking", "off"]).await;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    // Acknowledged from memory, then INCRed inside MULTI: the transaction
+    // sees the write (it was applied upstream first).
+    assert_eq!(
+        pipeline(&mut s, &["SET n 1", "MULTI", "INCR n", "EXEC"], 4).await,
+        "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n"
+    );
+    // A cached value changed behind the proxy's back: MULTI's GET is
+    // Redis's, the plain GET still the (tracking-off) cached one.
+    assert_eq!(pipeline(&mut s, &["SET c old", "GET c"], 2).await, "+OK\r\n$3\r\nold\r\n");
+    support::drained(&proxy.addr.to_string()).await;
+    raw(&redis.addr(), &enc("SET c new").into_bytes(), 1).await;
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "GET c", "EXEC", "GET c"], 4).await,
+        "+OK\r\n+QUEUED\r\n*1\r\n$3\r\nnew\r\n$3\r\nold\r\n"
+    );
+    // A SET inside MULTI is not written behind (QUEUED, then EXEC's OK),
+    // and the key leaves the L1: the next GET reads the new value.
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "SET c tx", "APPEND c !", "EXEC", "GET c"], 5).await,
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:3\r\n$3\r\ntx!\r\n"
+    );
+    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
+        .into_owned();
+    assert!(info_field(&info, "transactions_executed") >= 3, "{info}");
+    proxy.stop().await;
+}
+
+/// WATCH races between two clients through one sidecache, including a write
+/// of the other client still queued for write-behind when EXEC arrives.
+#[tokio::test]
+async fn watch_sees_other_clients_writes() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    pipeline(&mut a, &["SET w 1"], 1).await;
+    assert_eq!(pipeline(&mut a, &["WATCH w", "GET w"], 2).await, "+OK\r\n$1\r\n1\r\n");
+    // B's SET is acknowledged from memory; A's EXEC must still see it.
+    assert_eq!(pipeline(&mut b, &["SET w 2"], 1).await, "+OK\r\n");
+    assert_eq!(
+        pipeline(&mut a, &["MULTI", "SET w 10", "EXEC", "GET w"], 4).await,
+        "+OK\r\n+QUEUED\r\n*-1\r\n$1\r\n2\r\n"
+    );
+    // Untouched: it runs.
+    assert_eq!(
+        pipeline(&mut a, &["WATCH w", "MULTI", "SET w 10", "EXEC", "GET w"], 5).await,
+        "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n$2\r\n10\r\n"
+    );
+    // This client's own write queued before WATCH never fails its WATCH.
+    assert_eq!(
+        pipeline(&mut a, &["SET own 1", "WATCH own", "MULTI", "INCR own", "EXEC"], 5).await,
+        "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n"
+    );
+    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
+        .into_owned();
+    assert!(info_field(&info, "transactions_watch_failed") >= 1, "{info}");
+    assert_eq!(info_field(&info, "session_connections_in_use"), 0, "{info}");
+    proxy.stop().await;
+}
+
+/// A client that disconnects in the middle of a transaction (MULTI open on
+/// a held connection, or keys watched) discards it: nothing runs, and its
+/// held connection is closed.
+#[tokio::test]
+async fn disconnect_mid_transaction_discards_it() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let pa = proxy.addr.to_string();
+    {
+        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(pipeline(&mut s, &["MULTI"], 1).await, "+OK\r\n");
+        assert_eq!(pipeline(&mut s, &["SET gone 1"], 1).await, "+QUEUED\r\n");
+        let info = String::from_utf8_lossy(&raw(&pa, b"INFO proxy\r\n", 1).await).into_owned();
+        assert_eq!(info_field(&info, "session_connections_in_use"), 1, "{info}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = String::from_utf8_lossy(&raw(&pa, b"INFO proxy\r\n", 1).await).into_owned();
+        if info_field(&info, "session_connections_in_use") == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "held connection kept: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(raw(&redis.addr(), b"EXISTS gone\r\n", 1).await, b":0\r\n");
+    // Upstream, no client is left in MULTI or watching.
+    let list = String::from_utf8_lossy(&raw(&redis.addr(), b"CLIENT LIST\r\n", 1).await).into_owned();
+    assert!(!list.contains("flags=x"), "{list}");
+    proxy.stop().await;
+}
+
+/// Past `--max-session-connections`, a WATCH gets a clear error instead of
+/// waiting for ever; once the holder is done, it works.
+#[tokio::test]
+async fn held_connections_are_bounded() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(
+        &redis.url(),
+        &["--max-session-connections", "1", "--write-queue-timeout", "0.3"],
+    )
+    .await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(pipeline(&mut a, &["WATCH x"], 1).await, "+OK\r\n");
+    let started = std::time::Instant::now();
+    let refused = pipeline(&mut b, &["WATCH y"], 1).await;
+    assert!(
+        refused.starts_with("-ERR max number of session connections reached (1, --max-session-connections)"),
+        "{refused}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A MULTI … EXEC without WATCH needs no held connection.
+    assert_eq!(
+        pipeline(&mut b, &["MULTI", "INCR y", "EXEC"], 3).await,
+        "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n"
+    );
+    assert_eq!(pipeline(&mut a, &["UNWATCH"], 1).await, "+OK\r\n");
+    assert_eq!(pipeline(&mut b, &["WATCH y"], 1).await, "+OK\r\n");
+    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
+        .into_owned();
+    assert!(info_field(&info, "session_connection_refusals") >= 1, "{info}");
+    proxy.stop().await;
+}
+
+/// Cluster: a transaction goes to the master of its first key's slot; a
+/// command of another slot gets Redis Cluster's own CROSSSLOT and the EXEC
+/// aborts; keyless transactions go to any master; WATCH holds a connection
+/// to its key's master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_transactions_follow_their_slot() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "SET {u}a 1", "INCR {u}a", "SET {u}b x", "EXEC"], 5).await,
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:2\r\n+OK\r\n"
+    );
+    let out = pipeline(&mut s, &["MULTI", "SET {u}a 1", "SET {v}a 1", "EXEC"], 4).await;
+    assert!(out.starts_with("+OK\r\n+QUEUED\r\n-CROSSSLOT"), "{out}");
+    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n"), "{out}");
+    assert_eq!(pipeline(&mut s, &["MULTI", "PING", "EXEC"], 3).await, "+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n");
+    // Spanning requests, on whichever master owns the slot.
+    for key in ["{u}w", "{v}w", "{x}w"] {
+        let lines = [
+            format!("SET {key} 1"),
+            format!("WATCH {key}"),
+            "MULTI".to_owned(),
+            format!("INCR {key}"),
+            "EXEC".to_owned(),
+        ];
+        let mut out = String::new();
+        for l in &lines {
+            out.push_str(&pipeline(&mut s, &[l.as_str()], 1).await);
+        }
+        assert_eq!(out, "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n", "{key}");
+    }
+    proxy.stop().await;
+}
