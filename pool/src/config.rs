@@ -178,6 +178,9 @@ pub struct UpstreamConfig {
     pub pool_size: usize,
     /// Timeout for establishing a connection, including the handshake.
     pub connect_timeout: Duration,
+    /// Most connections held by single clients at once (WATCH, a MULTI
+    /// spanning requests), over all masters.
+    pub max_session_connections: usize,
     /// Longest wait for the reply of a forwarded command (`None`: forever).
     pub command_timeout: Option<Duration>,
     /// How often the cluster slot map is re-read even without redirects.
@@ -200,6 +203,7 @@ impl Default for UpstreamConfig {
             pool_size: 2,
             connect_timeout: Duration::from_secs(3),
             command_timeout: Some(Duration::from_secs(10)),
+            max_session_connections: 64,
             refresh_interval: Duration::from_secs(30),
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,

@@ -113,6 +113,12 @@ pub enum Error {
         /// `host:port` of the node.
         addr: String,
     },
+    /// Every held session connection is in use.
+    #[error("max number of session connections reached ({max}, --max-session-connections): a transaction or WATCH needs one")]
+    SessionsExhausted {
+        /// The configured maximum.
+        max: usize,
+    },
     /// The pool is shutting down.
     #[error("upstream pool is shut down")]
     Closed,

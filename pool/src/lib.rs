@@ -17,6 +17,8 @@
 //! - [`topology`]: the slot → node map, replaced whole on refresh.
 //! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
 //! - [`upstream`]: the router tying it together.
+//! - [`session`]: connections held by one client (WATCH, a MULTI spanning
+//!   requests), from a bounded pool.
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
 //!   flushed in pipelined batches, in order, with retries and a drain.
 //!
@@ -34,6 +36,7 @@ pub mod node;
 pub mod peer;
 pub mod redirect;
 pub mod resp;
+pub mod session;
 pub mod slot;
 pub mod topology;
 pub mod tracking;

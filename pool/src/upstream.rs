@@ -75,6 +75,8 @@ struct Inner {
     pub(crate) failover: FailoverStats,
     /// Shared by every node's health.
     health: Arc<HealthStats>,
+    /// Connections held by one client (WATCH, MULTI across requests).
+    sessions: Arc<crate::session::SessionPool>,
 }
 
 /// What following the cluster through failovers took.
@@ -204,7 +206,7 @@ impl Upstream {
         };
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
-            connector,
+            connector: Arc::clone(&connector),
             info,
             nodes: Mutex::new(HashMap::new()),
             refresh: Notify::new(),
@@ -220,6 +222,10 @@ impl Upstream {
             has_retired: std::sync::atomic::AtomicBool::new(false),
             failover: FailoverStats::default(),
             health: Arc::default(),
+            sessions: Arc::new(crate::session::SessionPool::new(
+                Arc::clone(&connector),
+                cfg.max_session_connections,
+            )),
             cfg,
         });
         let up = Upstream { inner };
@@ -500,6 +506,11 @@ impl Upstream {
         self.inner.cfg.command_timeout
     }
 
+    /// The pool of held session connections.
+    pub fn sessions(&self) -> &Arc<crate::session::SessionPool> {
+        &self.inner.sessions
+    }
+
     /// Failover counters.
     pub fn failover_stats(&self) -> &FailoverStats {
         &self.inner.failover
@@ -647,6 +658,15 @@ impl Upstream {
         ) {
             self.request_refresh();
         }
+    }
+
+    /// The node a redirect names; a MOVED (`moved`) also updates the slot
+    /// map for `slot`.
+    pub fn redirect_node(&self, addr: &NodeAddr, slot: Option<Slot>, moved: bool) -> Arc<Node> {
+        if let (true, Some(s)) = (moved, slot) {
+            self.note_moved(s, addr);
+        }
+        self.node(addr)
     }
 
     /// The node for an address, reusing its connections if known.

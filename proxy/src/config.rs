@@ -158,6 +158,12 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_UPSTREAM_TIMEOUT", value_name = "SECS")]
     pub upstream_timeout: Option<f64>,
 
+    /// Most upstream connections held by single clients at once, over all
+    /// masters: a client holds one from WATCH to EXEC/DISCARD/UNWATCH, or
+    /// while a MULTI spans several of its requests [default: 64].
+    #[arg(long, env = "SIDECACHE_MAX_SESSION_CONNECTIONS", value_name = "N")]
+    pub max_session_connections: Option<usize>,
+
     /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
     #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
     pub refresh_interval: Option<f64>,
@@ -354,6 +360,9 @@ impl Options {
             shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
             upstream_timeout: self.upstream_timeout.or(file.upstream_timeout),
+            max_session_connections: self
+                .max_session_connections
+                .or(file.max_session_connections),
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
@@ -496,6 +505,15 @@ impl Config {
             },
             pool_size,
             connect_timeout: secs("--connect-timeout", o.connect_timeout, 3.0)?,
+            max_session_connections: match o.max_session_connections.unwrap_or(64) {
+                n @ 1..=100_000 => n,
+                _ => {
+                    return Err(err(
+                        "--max-session-connections",
+                        "must be between 1 and 100000",
+                    ))
+                }
+            },
             command_timeout: match o.upstream_timeout {
                 Some(0.0) => None,
                 v => Some(secs("--upstream-timeout", v, 10.0)?),
@@ -650,12 +668,13 @@ impl Config {
             })
             .collect();
         format!(
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
             self.upstream.mode,
             self.upstream.pool_size,
+            self.upstream.max_session_connections,
             self.upstream.connect_timeout,
             self.upstream.command_timeout,
             self.upstream.refresh_interval,

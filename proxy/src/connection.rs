@@ -45,6 +45,7 @@ use crate::state::{ClientEntry, Shared};
 
 mod cache;
 mod flush;
+mod tx;
 mod write;
 
 pub(crate) use flush::upstream_error;
@@ -67,6 +68,7 @@ struct Part {
 
 /// What a write makes the L1 drop, at dispatch and again when upstream
 /// acknowledged it (so no fill that raced the write survives it).
+#[derive(Debug)]
 enum Inval {
     Keys(Vec<Bytes>),
     All,
@@ -103,6 +105,8 @@ enum Pending {
     Ping(Bytes),
     /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
     Kill(Bytes),
+    /// A MULTI … EXEC/DISCARD block on a shared connection.
+    Tx(Box<tx::TxPending>),
     Up {
         node: u32,
         idx: u32,
@@ -178,6 +182,11 @@ pub struct Client {
     write_buf: BytesMut,
     /// This connection's metrics tally.
     metrics: ConnMetrics,
+    /// An open MULTI (its commands collected until EXEC or DISCARD).
+    tx: Option<tx::TxBlock>,
+    /// The upstream connection held for this client (WATCH, or a MULTI
+    /// spanning batches).
+    held: Option<tx::Held>,
 }
 
 enum Flow {
@@ -225,6 +234,8 @@ impl Client {
             now: None,
             refusing: None,
             write_buf: BytesMut::new(),
+            tx: None,
+            held: None,
         }
     }
 
@@ -258,6 +269,18 @@ impl Client {
         (node as u32, (b.count - 1) as u32)
     }
 
+    /// Appends a block of `count` commands to a node's pipeline as one unit;
+    /// returns the node and the index of its first reply.
+    fn enqueue_block(&mut self, node: usize, block: &[u8], count: usize) -> (u32, u32) {
+        if self.builders.len() <= node {
+            self.builders.resize_with(node + 1, Builder::default);
+        }
+        let b = &mut self.builders[node];
+        b.buf.extend_from_slice(block);
+        b.count += count;
+        (node as u32, (b.count - count) as u32)
+    }
+
     fn forward(&mut self, node: usize, slot: Option<Slot>, cmd: &Bytes) {
         let (node, idx) = self.enqueue(node, cmd);
         self.pending.push(Pending::Up {
@@ -273,6 +296,15 @@ impl Client {
         self.commands += 1;
         self.batch_bytes += req.raw.len();
         let args = &req.args;
+        // A transaction open or keys watched: nothing may be answered from
+        // the L1 or written behind inside MULTI.
+        if self.session_active() && self.st.authenticated {
+            let mut lower = [0u8; 64];
+            let lname = lowercase(&args[0], &mut lower).unwrap_or(b"");
+            if let Some(flow) = self.in_session(lname, req).await {
+                return flow;
+            }
+        }
         // The hot path: GET served from the L1 without a table lookup.
         if args.len() == 2
             && self.st.authenticated
@@ -349,6 +381,11 @@ impl Client {
             }
             Handling::Info => self.info(req),
             Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
+            Handling::Transaction => {
+                if !self.start_session(lname, req).await {
+                    self.forward(0, None, &req.raw);
+                }
+            }
             Handling::Scan if cluster => self.scan(req),
             Handling::FanOut(kind) if cluster => {
                 let parts = (0..self.topo.nodes().len())

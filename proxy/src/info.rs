@@ -122,9 +122,10 @@ fn hit_ratio(s: &Shared) -> f64 {
 
 fn proxy(s: &Shared, topo: &Topology) -> String {
     let info = s.upstream.server_info();
+    let sessions = s.upstream.sessions();
     let wb = s.upstream.write_behind();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.version,
@@ -146,6 +147,14 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
             .trouble()
             .map_or_else(|| "ok".to_owned(), |t| t.replace(['\r', '\n'], " ")),
         s.upstream.readonly_reconnects(),
+        load(&s.stats.tx.executed),
+        load(&s.stats.tx.aborted),
+        load(&s.stats.tx.watch_failed),
+        load(&s.stats.tx.discarded),
+        sessions.stats.in_use.load(std::sync::atomic::Ordering::Relaxed),
+        sessions.max(),
+        load(&sessions.stats.waits),
+        load(&sessions.stats.refusals),
         s.started.elapsed().as_secs(),
     )
 }

@@ -29,6 +29,21 @@ pub struct Stats {
     pub upstream_errors: AtomicU64,
     /// Requests that could not be parsed (the client is disconnected).
     pub protocol_errors: AtomicU64,
+    /// Transactions.
+    pub tx: TxStats,
+}
+
+/// Transaction counters (EXEC and DISCARD outcomes).
+#[derive(Debug, Default)]
+pub struct TxStats {
+    /// EXECs that ran (an array reply).
+    pub executed: AtomicU64,
+    /// EXECs aborted by a queue-time error (`-EXECABORT`) or failed.
+    pub aborted: AtomicU64,
+    /// EXECs that ran nothing because a WATCHed key changed (nil reply).
+    pub watch_failed: AtomicU64,
+    /// Transactions ended with DISCARD.
+    pub discarded: AtomicU64,
 }
 
 /// What CLIENT LIST shows of a client; updated only on rare events.

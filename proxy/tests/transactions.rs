@@ -43,7 +43,14 @@ const SCRIPTS: &[&[&str]] = &[
     &["MULTI", "SET k 1", "INCR k", "GET k", "EXEC", "GET k"],
     &["MULTI", "SET k 1", "DISCARD", "GET k", "EXISTS k"],
     // A queue-time error aborts the whole transaction.
-    &["MULTI", "SET k 1", "NOSUCHCOMMAND x", "GET k", "EXEC", "EXISTS k"],
+    &[
+        "MULTI",
+        "SET k 1",
+        "NOSUCHCOMMAND x",
+        "GET k",
+        "EXEC",
+        "EXISTS k",
+    ],
     &["MULTI", "SET k", "EXEC", "EXISTS k"],
     // Errors at run time land inside EXEC's array.
     &["SET s x", "MULTI", "INCR s", "SET t 1", "EXEC", "GET t"],
@@ -51,12 +58,20 @@ const SCRIPTS: &[&[&str]] = &[
     &["MULTI", "MULTI", "WATCH k", "SET k 2", "EXEC", "GET k"],
     &["EXEC", "DISCARD", "UNWATCH", "MULTI", "EXEC"],
     // GET and PING inside MULTI are queued, not answered.
-    &["SET k v", "GET k", "MULTI", "GET k", "PING", "ECHO hi", "EXEC"],
+    &[
+        "SET k v", "GET k", "MULTI", "GET k", "PING", "ECHO hi", "EXEC",
+    ],
     // WATCH: a key this client changes itself fails its EXEC.
-    &["SET w 1", "WATCH w", "SET w 2", "MULTI", "INCR w", "EXEC", "GET w"],
-    &["SET w 1", "WATCH w", "GET w", "MULTI", "INCR w", "EXEC", "GET w"],
+    &[
+        "SET w 1", "WATCH w", "SET w 2", "MULTI", "INCR w", "EXEC", "GET w",
+    ],
+    &[
+        "SET w 1", "WATCH w", "GET w", "MULTI", "INCR w", "EXEC", "GET w",
+    ],
     &["WATCH w", "UNWATCH", "SET w 5", "MULTI", "INCR w", "EXEC"],
-    &["WATCH w", "MULTI", "DISCARD", "SET w 5", "MULTI", "INCR w", "EXEC"],
+    &[
+        "WATCH w", "MULTI", "DISCARD", "SET w 5", "MULTI", "INCR w", "EXEC",
+    ],
     &["WATCH a b c", "WATCH d", "MULTI", "SET a 1", "EXEC", "EXEC"],
 ];
 
@@ -78,7 +93,17 @@ async fn transactions_reply_as_redis_does() {
         outs.push(
             pipeline(
                 &mut s,
-                &["SET r 1", "WATCH r", "SET r 2", "MULTI", "GET r", "EXEC", "MULTI", "HGETALL nohash", "EXEC"],
+                &[
+                    "SET r 1",
+                    "WATCH r",
+                    "SET r 2",
+                    "MULTI",
+                    "GET r",
+                    "EXEC",
+                    "MULTI",
+                    "HGETALL nohash",
+                    "EXEC",
+                ],
                 9,
             )
             .await,
@@ -105,7 +130,10 @@ async fn l1_and_write_behind_stay_out_of_transactions() {
     );
     // A cached value changed behind the proxy's back: MULTI's GET is
     // Redis's, the plain GET still the (tracking-off) cached one.
-    assert_eq!(pipeline(&mut s, &["SET c old", "GET c"], 2).await, "+OK\r\n$3\r\nold\r\n");
+    assert_eq!(
+        pipeline(&mut s, &["SET c old", "GET c"], 2).await,
+        "+OK\r\n$3\r\nold\r\n"
+    );
     support::drained(&proxy.addr.to_string()).await;
     raw(&redis.addr(), &enc("SET c new").into_bytes(), 1).await;
     assert_eq!(
@@ -115,7 +143,12 @@ async fn l1_and_write_behind_stay_out_of_transactions() {
     // A SET inside MULTI is not written behind (QUEUED, then EXEC's OK),
     // and the key leaves the L1: the next GET reads the new value.
     assert_eq!(
-        pipeline(&mut s, &["MULTI", "SET c tx", "APPEND c !", "EXEC", "GET c"], 5).await,
+        pipeline(
+            &mut s,
+            &["MULTI", "SET c tx", "APPEND c !", "EXEC", "GET c"],
+            5
+        )
+        .await,
         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:3\r\n$3\r\ntx!\r\n"
     );
     let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
@@ -133,7 +166,10 @@ async fn watch_sees_other_clients_writes() {
     let mut a = TcpStream::connect(proxy.addr).await.unwrap();
     let mut b = TcpStream::connect(proxy.addr).await.unwrap();
     pipeline(&mut a, &["SET w 1"], 1).await;
-    assert_eq!(pipeline(&mut a, &["WATCH w", "GET w"], 2).await, "+OK\r\n$1\r\n1\r\n");
+    assert_eq!(
+        pipeline(&mut a, &["WATCH w", "GET w"], 2).await,
+        "+OK\r\n$1\r\n1\r\n"
+    );
     // B's SET is acknowledged from memory; A's EXEC must still see it.
     assert_eq!(pipeline(&mut b, &["SET w 2"], 1).await, "+OK\r\n");
     assert_eq!(
@@ -142,17 +178,30 @@ async fn watch_sees_other_clients_writes() {
     );
     // Untouched: it runs.
     assert_eq!(
-        pipeline(&mut a, &["WATCH w", "MULTI", "SET w 10", "EXEC", "GET w"], 5).await,
+        pipeline(
+            &mut a,
+            &["WATCH w", "MULTI", "SET w 10", "EXEC", "GET w"],
+            5
+        )
+        .await,
         "+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n$2\r\n10\r\n"
     );
     // This client's own write queued before WATCH never fails its WATCH.
     assert_eq!(
-        pipeline(&mut a, &["SET own 1", "WATCH own", "MULTI", "INCR own", "EXEC"], 5).await,
+        pipeline(
+            &mut a,
+            &["SET own 1", "WATCH own", "MULTI", "INCR own", "EXEC"],
+            5
+        )
+        .await,
         "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n"
     );
     let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
         .into_owned();
-    assert!(info_field(&info, "transactions_watch_failed") >= 1, "{info}");
+    assert!(
+        info_field(&info, "transactions_watch_failed") >= 1,
+        "{info}"
+    );
     assert_eq!(info_field(&info, "session_connections_in_use"), 0, "{info}");
     proxy.stop().await;
 }
@@ -178,12 +227,16 @@ async fn disconnect_mid_transaction_discards_it() {
         if info_field(&info, "session_connections_in_use") == 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "held connection kept: {info}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "held connection kept: {info}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(raw(&redis.addr(), b"EXISTS gone\r\n", 1).await, b":0\r\n");
     // Upstream, no client is left in MULTI or watching.
-    let list = String::from_utf8_lossy(&raw(&redis.addr(), b"CLIENT LIST\r\n", 1).await).into_owned();
+    let list =
+        String::from_utf8_lossy(&raw(&redis.addr(), b"CLIENT LIST\r\n", 1).await).into_owned();
     assert!(!list.contains("flags=x"), "{list}");
     proxy.stop().await;
 }
@@ -195,7 +248,12 @@ async fn held_connections_are_bounded() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(
         &redis.url(),
-        &["--max-session-connections", "1", "--write-queue-timeout", "0.3"],
+        &[
+            "--max-session-connections",
+            "1",
+            "--write-queue-timeout",
+            "0.3",
+        ],
     )
     .await;
     let mut a = TcpStream::connect(proxy.addr).await.unwrap();
@@ -204,7 +262,9 @@ async fn held_connections_are_bounded() {
     let started = std::time::Instant::now();
     let refused = pipeline(&mut b, &["WATCH y"], 1).await;
     assert!(
-        refused.starts_with("-ERR max number of session connections reached (1, --max-session-connections)"),
+        refused.starts_with(
+            "-ERR max number of session connections reached (1, --max-session-connections)"
+        ),
         "{refused}"
     );
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -217,7 +277,10 @@ async fn held_connections_are_bounded() {
     assert_eq!(pipeline(&mut b, &["WATCH y"], 1).await, "+OK\r\n");
     let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
         .into_owned();
-    assert!(info_field(&info, "session_connection_refusals") >= 1, "{info}");
+    assert!(
+        info_field(&info, "session_connection_refusals") >= 1,
+        "{info}"
+    );
     proxy.stop().await;
 }
 
@@ -231,13 +294,24 @@ async fn cluster_transactions_follow_their_slot() {
     let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(
-        pipeline(&mut s, &["MULTI", "SET {u}a 1", "INCR {u}a", "SET {u}b x", "EXEC"], 5).await,
+        pipeline(
+            &mut s,
+            &["MULTI", "SET {u}a 1", "INCR {u}a", "SET {u}b x", "EXEC"],
+            5
+        )
+        .await,
         "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:2\r\n+OK\r\n"
     );
     let out = pipeline(&mut s, &["MULTI", "SET {u}a 1", "SET {v}a 1", "EXEC"], 4).await;
     assert!(out.starts_with("+OK\r\n+QUEUED\r\n-CROSSSLOT"), "{out}");
-    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n"), "{out}");
-    assert_eq!(pipeline(&mut s, &["MULTI", "PING", "EXEC"], 3).await, "+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n");
+    assert!(
+        out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        "{out}"
+    );
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "PING", "EXEC"], 3).await,
+        "+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n"
+    );
     // Spanning requests, on whichever master owns the slot.
     for key in ["{u}w", "{v}w", "{x}w"] {
         let lines = [

@@ -39,6 +39,8 @@ pub enum Handling {
     Kill,
     /// XREAD/XREADGROUP: forwarded unless they BLOCK.
     MaybeBlocking,
+    /// MULTI/EXEC/DISCARD/WATCH/UNWATCH: the client's session machinery.
+    Transaction,
     /// Needs a dedicated upstream connection; refused with this reason.
     Unsupported(&'static str),
 }
@@ -87,7 +89,6 @@ pub fn write_behind(name: &str) -> bool {
     matches!(name, "set" | "setex" | "psetex" | "mset")
 }
 
-const TRANSACTIONS: &str = "transactions (MULTI/EXEC/WATCH) are not supported by sidecache yet";
 const PUBSUB: &str = "pub/sub subscriptions and MONITOR are not supported by sidecache yet";
 const BLOCKING: &str = "blocking commands are not supported by sidecache yet";
 const REPLICATION: &str = "replication commands cannot be proxied";
@@ -106,9 +107,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "scan") => Handling::Scan,
         (None, "info") => Handling::Info,
         (None, "xread" | "xreadgroup") => Handling::MaybeBlocking,
-        (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => {
-            Handling::Unsupported(TRANSACTIONS)
-        }
+        (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => Handling::Transaction,
         (
             None,
             "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
@@ -163,10 +162,7 @@ mod tests {
             for_command("xread", None, blocking),
             Handling::MaybeBlocking
         );
-        assert!(matches!(
-            for_command("multi", None, f),
-            Handling::Unsupported(_)
-        ));
+        assert_eq!(for_command("multi", None, f), Handling::Transaction);
     }
 
     #[test]

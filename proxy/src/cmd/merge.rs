@@ -149,7 +149,10 @@ mod tests {
         assert!(out.starts_with(b"-NOTBUSY"));
         out.clear();
         kill(&[Err(lost)], &mut out);
-        assert_eq!(&out[..], b"-ERR upstream 127.0.0.1:7000 did not answer in time\r\n");
+        assert_eq!(
+            &out[..],
+            b"-ERR upstream 127.0.0.1:7000 did not answer in time\r\n"
+        );
     }
 
     #[test]

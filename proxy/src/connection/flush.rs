@@ -24,6 +24,10 @@ impl Client {
     /// pending reply to `wbuf` in request order.
     pub(super) async fn flush(&mut self) {
         if self.pending.is_empty() {
+            if self.tx.is_some() {
+                self.flush_open_tx().await;
+                self.scratch.clear();
+            }
             return;
         }
         let session = self.session();
@@ -168,6 +172,7 @@ impl Client {
                         }
                     }
                 }
+                Pending::Tx(t) => self.reply_tx(*t).await,
                 Pending::Invalidate(inval) => {
                     self.apply(&inval);
                     if self.shared.upstream.peer().is_some() {
@@ -282,6 +287,11 @@ impl Client {
         }
         self.metrics.resolved();
         self.pending = pending;
+        // A MULTI still open: what it collected so far goes to a held
+        // connection, answered after everything before it.
+        if self.tx.is_some() {
+            self.flush_open_tx().await;
+        }
         self.scratch.clear();
         for b in self.builders.iter_mut() {
             b.result = None;
@@ -349,7 +359,7 @@ impl Client {
     }
 
     /// Takes one reply frame out of a node's results.
-    fn take_frame(&mut self, node: u32, idx: u32) -> sidecache_pool::Result<Bytes> {
+    pub(super) fn take_frame(&mut self, node: u32, idx: u32) -> sidecache_pool::Result<Bytes> {
         let frame = match self
             .builders
             .get_mut(node as usize)

@@ -94,6 +94,11 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_writes_rerouted_total", C, &[], "Queued writes sent to another master than the one they were queued for (failover, resharding)."),
     fam("sidecache_slotmap_refreshes_total", C, &[], "Cluster slot-map refreshes (periodic, or asked for after a redirect or a failure)."),
     fam("sidecache_failovers_followed_total", C, &[], "Slot-map refreshes in which a master left the map (failover or resharding followed)."),
+    fam("sidecache_transactions_total", C, &["outcome"], "Transactions by outcome: executed, aborted (EXECABORT), watch_failed (nil EXEC), discarded."),
+    fam("sidecache_session_connections", G, &[], "Upstream connections held by single clients now (WATCH, a MULTI spanning requests)."),
+    fam("sidecache_session_connections_max", G, &[], "Most held connections (--max-session-connections)."),
+    fam("sidecache_session_connection_waits_total", C, &[], "Clients that waited for a held connection to be released."),
+    fam("sidecache_session_connection_refusals_total", C, &[], "Clients refused a held connection: the bound stayed reached."),
     fam("sidecache_writes_queued_total", C, &[], "Writes acknowledged from memory and queued."),
     fam("sidecache_writes_flushed_total", C, &[], "Queued writes acknowledged by upstream."),
     fam("sidecache_writes_failed_total", C, &[], "Queued writes upstream refused for good (their keys are dropped from the L1)."),
@@ -489,6 +494,43 @@ fn collect_shared(s: &Shared, o: &mut Out) {
         "sidecache_failovers_followed_total",
         &[],
         l(&fo.masters_replaced),
+    );
+    let tx = &s.stats.tx;
+    for (outcome, c) in [
+        ("executed", &tx.executed),
+        ("aborted", &tx.aborted),
+        ("watch_failed", &tx.watch_failed),
+        ("discarded", &tx.discarded),
+    ] {
+        o.counter(
+            "sidecache_transactions_total",
+            &[("outcome", outcome)],
+            l(c),
+        );
+    }
+    let sessions = s.upstream.sessions();
+    o.gauge(
+        "sidecache_session_connections",
+        &[],
+        sessions
+            .stats
+            .in_use
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
+    o.gauge(
+        "sidecache_session_connections_max",
+        &[],
+        sessions.max() as f64,
+    );
+    o.counter(
+        "sidecache_session_connection_waits_total",
+        &[],
+        l(&sessions.stats.waits),
+    );
+    o.counter(
+        "sidecache_session_connection_refusals_total",
+        &[],
+        l(&sessions.stats.refusals),
     );
     o.counter("sidecache_writes_queued_total", &[], l(&ws.queued));
     let (flushed, failed) = (l(&ws.flushed), l(&ws.failed));

@@ -1,0 +1,314 @@
+//! Held session connections: an upstream connection one client has to
+//! itself while it carries state Redis keeps per connection (WATCHed keys,
+//! an open MULTI), from a bounded pool.
+//!
+//! ```text
+//!  client ──hold(node, session)──▶ [permit: --max-session-connections] ──▶ idle list (node, session) ─┐
+//!                                                                       └─ none idle: connect ───────┤
+//!  client ◀── SessionConn (exclusive: request → replies, in order) ◀────────────────────────────────┘
+//!  client ──release(conn, clean)──▶ clean: back to the idle list · state left: closed
+//! ```
+//!
+//! Unlike the multiplexed connections, a held connection never reconnects
+//! by itself: a reconnect would silently drop the WATCHes or the MULTI it
+//! carries, so a broken one fails its client's command and is closed.
+//! A connection goes back to the idle list only when its client left it
+//! clean (no MULTI open, nothing watched, every reply read); anything else
+//! is closed, so no client ever inherits another's state.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{NodeAddr, Session};
+use crate::conn::{Connector, ReadHalf, WriteHalf};
+use crate::error::{Error, Result};
+use crate::mux::Replies;
+use crate::resp::Scanner;
+
+/// Idle held connections kept per (node, session); more are closed.
+const IDLE_PER_KEY: usize = 8;
+/// An idle connection older than this is closed rather than reused (the
+/// server's `timeout` may have closed it meanwhile).
+const IDLE_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// Counters of the held-connection pool.
+#[derive(Debug, Default)]
+pub struct SessionStats {
+    /// Connections held by clients now.
+    pub in_use: AtomicUsize,
+    /// Checkouts that had to wait for a connection to be released.
+    pub waits: AtomicU64,
+    /// Checkouts refused: the bound stayed reached.
+    pub refusals: AtomicU64,
+    /// Connections opened.
+    pub opened: AtomicU64,
+}
+
+/// The bounded pool of held connections (one per upstream).
+pub struct SessionPool {
+    connector: Arc<Connector>,
+    permits: Arc<Semaphore>,
+    max: usize,
+    idle: Mutex<HashMap<(NodeAddr, Session), Vec<Idle>>>,
+    /// Counters.
+    pub stats: SessionStats,
+}
+
+impl std::fmt::Debug for SessionPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionPool")
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
+/// An idle connection and since when.
+type Idle = (SessionConnInner, Instant);
+
+/// The connection itself, without its permit.
+struct SessionConnInner {
+    addr: NodeAddr,
+    session: Session,
+    rd: ReadHalf,
+    wr: WriteHalf,
+    buf: BytesMut,
+}
+
+/// A connection held by one client. Dropped, it is closed and its room in
+/// the pool freed; give it back with [`SessionPool::release`] to reuse it.
+pub struct SessionConn {
+    /// `None` only while being given back.
+    inner: Option<SessionConnInner>,
+    /// Whether a reply is missing (a call timed out or broke): the
+    /// connection can never be reused.
+    broken: bool,
+    _permit: OwnedSemaphorePermit,
+    pool: Arc<SessionPool>,
+}
+
+impl std::fmt::Debug for SessionConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionConn")
+            .field("addr", &self.inner.as_ref().map(|c| &c.addr))
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl Drop for SessionConn {
+    fn drop(&mut self) {
+        self.pool.stats.in_use.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SessionPool {
+    /// A pool of at most `max` held connections in all.
+    pub(crate) fn new(connector: Arc<Connector>, max: usize) -> SessionPool {
+        SessionPool {
+            connector,
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+            idle: Mutex::new(HashMap::new()),
+            stats: SessionStats::default(),
+        }
+    }
+
+    /// The bound (`--max-session-connections`).
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Takes a connection to `addr` for `session`, waiting at most `wait`
+    /// for room, and sends it `payload` (`n` commands) as its first request.
+    /// An idle connection that turns out closed is replaced once, which is
+    /// safe because nothing had been sent on it.
+    ///
+    /// # Errors
+    /// [`Error::SessionsExhausted`] when the bound stayed reached; connect
+    /// and connection errors; [`Error::Timeout`] after `timeout`.
+    pub async fn hold(
+        self: &Arc<Self>,
+        addr: &NodeAddr,
+        session: Session,
+        wait: Duration,
+        payload: &[u8],
+        n: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(SessionConn, Replies)> {
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(Error::Closed),
+                    Err(_) => {
+                        self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+                        return Err(Error::SessionsExhausted { max: self.max });
+                    }
+                }
+            }
+        };
+        let idle = self.take_idle(addr, session);
+        let reused = idle.is_some();
+        let inner = match idle {
+            Some(c) => c,
+            None => self.open(addr, session).await?,
+        };
+        self.stats.in_use.fetch_add(1, Ordering::Relaxed);
+        let mut conn = SessionConn {
+            inner: Some(inner),
+            broken: false,
+            _permit: permit,
+            pool: Arc::clone(self),
+        };
+        match conn.call(payload, n, timeout).await {
+            Ok(r) => Ok((conn, r)),
+            Err(Error::ConnectionLost { .. }) if reused => {
+                // A stale idle connection: nothing ran on it.
+                conn.inner = Some(self.open(addr, session).await?);
+                conn.broken = false;
+                let r = conn.call(payload, n, timeout).await?;
+                Ok((conn, r))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn open(&self, addr: &NodeAddr, session: Session) -> Result<SessionConnInner> {
+        let (rd, wr) = self.connector.connect(addr, session).await?;
+        self.stats.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(SessionConnInner {
+            addr: addr.clone(),
+            session,
+            rd,
+            wr,
+            buf: BytesMut::with_capacity(4 * 1024),
+        })
+    }
+
+    fn take_idle(&self, addr: &NodeAddr, session: Session) -> Option<SessionConnInner> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(&(addr.clone(), session))?;
+        while let Some((c, since)) = list.pop() {
+            if since.elapsed() < IDLE_MAX_AGE {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Gives a connection back. `clean`: its client left no state on it
+    /// (no MULTI open, nothing watched); otherwise, or if a reply is
+    /// missing, it is closed.
+    pub fn release(&self, mut conn: SessionConn, clean: bool) {
+        if !clean || conn.broken {
+            return;
+        }
+        let Some(inner) = conn.inner.take() else {
+            return;
+        };
+        if !inner.buf.is_empty() {
+            return;
+        }
+        drop(conn);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry((inner.addr.clone(), inner.session)).or_default();
+        if list.len() < IDLE_PER_KEY {
+            list.push((inner, Instant::now()));
+        }
+    }
+}
+
+impl SessionConn {
+    /// The node it is connected to.
+    pub fn addr(&self) -> Option<&NodeAddr> {
+        self.inner.as_ref().map(|c| &c.addr)
+    }
+
+    /// Sends `payload` (`n` commands) and reads their `n` replies.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`]; [`Error::Timeout`] after `timeout` (the
+    /// connection is then unusable: its replies would come late).
+    pub async fn call(
+        &mut self,
+        payload: &[u8],
+        n: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Replies> {
+        if self.broken {
+            return Err(self.lost("an earlier reply is missing"));
+        }
+        let fut = self.exchange(payload, n);
+        let r = match timeout {
+            Some(t) => match tokio::time::timeout(t, fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.broken = true;
+                    return Err(Error::Timeout {
+                        addr: self.addr().map(ToString::to_string).unwrap_or_default(),
+                    });
+                }
+            },
+            None => fut.await,
+        };
+        if r.is_err() {
+            self.broken = true;
+        }
+        r
+    }
+
+    async fn exchange(&mut self, payload: &[u8], n: usize) -> Result<Replies> {
+        let Some(c) = self.inner.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let addr = c.addr.to_string();
+        let lost = |reason: String| Error::ConnectionLost {
+            addr: addr.clone(),
+            reason,
+        };
+        c.wr.write_all(payload)
+            .await
+            .map_err(|e| lost(e.to_string()))?;
+        c.wr.flush().await.map_err(|e| lost(e.to_string()))?;
+        let mut replies = Vec::with_capacity(n);
+        let mut sc = Scanner::new();
+        while replies.len() < n {
+            match sc.scan(&c.buf) {
+                Ok(Some(len)) => {
+                    let f: Bytes = c.buf.split_to(len).freeze();
+                    // Out-of-band pushes (RESP3) are not replies.
+                    if f.first() != Some(&b'>') {
+                        replies.push(f);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Error::Protocol(e)),
+            }
+            if c.buf.capacity() - c.buf.len() < 4 * 1024 {
+                c.buf.reserve(16 * 1024);
+            }
+            match c.rd.read_buf(&mut c.buf).await {
+                Ok(0) => return Err(lost("closed by server".into())),
+                Ok(_) => {}
+                Err(e) => return Err(lost(e.to_string())),
+            }
+        }
+        Ok(replies)
+    }
+
+    fn lost(&self, reason: &str) -> Error {
+        Error::ConnectionLost {
+            addr: self.addr().map(ToString::to_string).unwrap_or_default(),
+            reason: reason.to_owned(),
+        }
+    }
+}

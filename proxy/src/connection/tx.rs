@@ -1,0 +1,895 @@
+//! Transactions (MULTI/EXEC/DISCARD) and WATCH, answered by Redis itself.
+//!
+//! ```text
+//!  MULTI … EXEC in one batch, no WATCH:
+//!    MULTI ─┐ collected (raw, in order; nothing from the L1, nothing
+//!    cmd …  ├─ written behind)                        one contiguous block
+//!    EXEC  ─┘ ─────────────────────────────▶ builder[node] ─▶ shared pipelined connection
+//!    replies: +OK, +QUEUED/errors …, EXEC's array ◀── Redis's own, verbatim
+//!
+//!  WATCH …, or a MULTI still open when the batch ends:
+//!    held connection (bounded pool) ──▶ WATCH / MULTI + cmds / … / EXEC
+//!    released at EXEC, DISCARD, UNWATCH; closed at RESET, QUIT, disconnect
+//! ```
+//!
+//! Every reply a transaction gets (`+QUEUED`, queue-time errors, the EXEC
+//! array, `-EXECABORT`, a nil EXEC after a WATCH) comes from Redis: the
+//! proxy only collects the commands so that nothing of another client is
+//! interleaved, picks the node (the slot of the first keyed command, or
+//! of WATCH; Redis Cluster itself then answers `-CROSSSLOT` for a command
+//! of another slot), and never lets its own machinery (L1, write-behind,
+//! local answers) act inside a transaction.
+//!
+//! Order: a block goes to its node after every write queued for that node
+//! (this client's write-behind writes included) has landed, as any
+//! forwarded command does; writes of this client after EXEC are queued only
+//! after the block was answered. Keys the transaction may write leave the
+//! L1 at queue time and again when EXEC is answered.
+//!
+//! What a shared connection must never carry stays out of a block:
+//! commands that change the connection itself (SELECT, HELLO, AUTH, CLIENT,
+//! subscriptions, MONITOR, replication) are refused inside MULTI with an
+//! error, and the EXEC then aborts (`-EXECABORT`) without running anything.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use sidecache_pool::redirect::{self, Action};
+use sidecache_pool::resp;
+use sidecache_pool::session::SessionConn;
+use sidecache_pool::Slot;
+
+use super::{Client, Flow, Inval, Pending};
+use crate::cmd::local::{self, Local, Outcome};
+use crate::resp::request::Request;
+
+/// The reply Redis gives EXEC after a queue-time error.
+const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+
+/// An open MULTI: its commands, collected until EXEC or DISCARD.
+#[derive(Debug, Default)]
+pub(super) struct TxBlock {
+    /// Commands not sent yet, encoded, in order.
+    buf: BytesMut,
+    /// How many.
+    count: usize,
+    /// Where each reply of the commands in `buf` comes from, in order:
+    /// `None` the next upstream reply, `Some` a local error.
+    order: Vec<Option<Bytes>>,
+    /// The slot the transaction is bound to (cluster).
+    slot: Option<Slot>,
+    /// What its writes make the L1 drop.
+    inval: Option<Inval>,
+    /// A command was refused locally: EXEC aborts.
+    dirty: bool,
+    /// MULTI is already open on the held connection.
+    on_held: bool,
+    /// Commands queued so far (their places in EXEC's array).
+    queued: usize,
+    /// Locally answered commands, run at EXEC: (place in EXEC's array,
+    /// command, arguments).
+    deferred: Vec<(usize, Local, Vec<Bytes>)>,
+    /// SELECTs sent upstream inside the block: (place in EXEC's array,
+    /// arguments).
+    selects: Vec<(usize, Vec<Bytes>)>,
+}
+
+/// The client's held connection: from WATCH (or a MULTI spanning batches)
+/// until the transaction ends.
+#[derive(Debug)]
+pub(super) struct Held {
+    conn: SessionConn,
+    /// Index of its node in the client's topology snapshot.
+    node: usize,
+    /// Keys are watched on it.
+    watching: bool,
+    /// The slot of its WATCHed keys (cluster): the transaction's slot.
+    slot: Option<Slot>,
+    /// A SELECT changed its database: closed, not reused, at the end.
+    session_changed: bool,
+}
+
+/// How a finished block ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    Exec,
+    Discard,
+}
+
+/// A block sent on a shared connection, answered in the reply pass.
+pub(super) struct TxPending {
+    node: u32,
+    idx: u32,
+    count: usize,
+    order: Vec<Option<Bytes>>,
+    slot: Option<Slot>,
+    block: Bytes,
+    end: End,
+    dirty: bool,
+    deferred: Vec<(usize, Local, Vec<Bytes>)>,
+    selects: Vec<(usize, Vec<Bytes>)>,
+    /// A trailing `SELECT` (not the client's) puts the connection back.
+    restore: bool,
+}
+
+impl Client {
+    /// Whether commands must go through [`Client::in_session`] first.
+    pub(super) fn session_active(&self) -> bool {
+        self.tx.is_some() || self.held.is_some()
+    }
+
+    /// MULTI or WATCH outside any transaction (the command table routes them
+    /// here). Other transaction commands outside one are forwarded: Redis
+    /// answers them (`-ERR EXEC without MULTI`, `+OK` for UNWATCH).
+    pub(super) async fn start_session(&mut self, lname: &[u8], req: &Request) -> bool {
+        match lname {
+            b"multi" => {
+                self.tx = Some(TxBlock::default());
+                self.tx_push_raw(&req.raw, false);
+                true
+            }
+            b"watch" => {
+                self.watch(req).await;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Dispatch while a transaction is open or keys are watched; `None`
+    /// when the command takes the normal path (watching, outside MULTI).
+    pub(super) async fn in_session(&mut self, lname: &[u8], req: &Request) -> Option<Flow> {
+        if let Some(cmd) = Local::lookup(lname) {
+            match cmd {
+                Local::Quit | Local::Reset => {
+                    // Both end the transaction and the watches at once.
+                    self.end_session(false);
+                    self.flush().await;
+                    let start = self.scratch.len();
+                    let outcome = local::run(
+                        cmd,
+                        &req.args,
+                        &mut self.st,
+                        &self.shared,
+                        &mut self.scratch,
+                    );
+                    self.pending.push(Pending::Local(start..self.scratch.len()));
+                    return Some(match outcome {
+                        Outcome::Continue => Flow::Continue,
+                        Outcome::Close => Flow::Close,
+                    });
+                }
+                Local::Ping | Local::Echo if self.tx.is_some() => {
+                    self.tx_push(lname, req);
+                    return Some(Flow::Continue);
+                }
+                Local::Ping | Local::Echo => return None,
+                // Watching, outside MULTI: SELECT applies to the client and
+                // to the held connection (the EXEC to come runs there).
+                Local::Select if self.tx.is_none() => {
+                    self.select_while_watching(req).await;
+                    return Some(Flow::Continue);
+                }
+                c if self.tx.is_none() && !c.changes_session() => return None,
+                // Inside MULTI, what sidecache answers itself runs at EXEC,
+                // in its place in EXEC's array; upstream queues a PING there.
+                Local::Select if self.tx.is_some() => {
+                    self.tx_select(req);
+                    return Some(Flow::Continue);
+                }
+                Local::Client | Local::ClusterDisabled if self.tx.is_some() => {
+                    self.tx_defer(cmd, lname, req);
+                    return Some(Flow::Continue);
+                }
+                _ => {
+                    let name = String::from_utf8_lossy(&req.args[0]).to_ascii_uppercase();
+                    if let Some(tx) = self.tx.as_mut() {
+                        tx.dirty = true;
+                    }
+                    let what = if self.tx.is_some() {
+                        "inside MULTI"
+                    } else {
+                        "while keys are WATCHed (UNWATCH first)"
+                    };
+                    let msg = format!("ERR sidecache: {name} {what} is not supported");
+                    self.tx_local_error(&msg);
+                    return Some(Flow::Continue);
+                }
+            }
+        }
+        if self.tx.is_none() {
+            // Watching, outside MULTI.
+            return match lname {
+                b"multi" => {
+                    self.tx = Some(TxBlock {
+                        slot: self.held.as_ref().and_then(|h| h.slot),
+                        ..TxBlock::default()
+                    });
+                    self.tx_push_raw(&req.raw, false);
+                    Some(Flow::Continue)
+                }
+                b"watch" | b"unwatch" => {
+                    self.held_call(req).await;
+                    Some(Flow::Continue)
+                }
+                b"exec" | b"discard" => {
+                    // Not in MULTI: Redis's own error, from the held connection.
+                    self.held_call(req).await;
+                    Some(Flow::Continue)
+                }
+                _ => None,
+            };
+        }
+        match lname {
+            b"exec" => self.finish_tx(req, End::Exec).await,
+            b"discard" => self.finish_tx(req, End::Discard).await,
+            b"subscribe" | b"psubscribe" | b"ssubscribe" | b"unsubscribe" | b"punsubscribe"
+            | b"sunsubscribe" | b"monitor" | b"sync" | b"psync" | b"replconf" => {
+                let name = String::from_utf8_lossy(&req.args[0]).to_ascii_uppercase();
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.dirty = true;
+                }
+                self.tx_local_error(&format!(
+                    "ERR sidecache: {name} inside MULTI is not supported"
+                ));
+            }
+            _ => self.tx_push(lname, req),
+        }
+        Some(Flow::Continue)
+    }
+
+    /// A locally answered command inside MULTI: checked for arity now (a
+    /// queue-time error, as Redis), run at EXEC.
+    fn tx_defer(&mut self, cmd: Local, lname: &[u8], req: &Request) {
+        let info = self.shared.table.lookup(&req.args).cloned();
+        let refusal = match info {
+            Some(info) if !info.arity_ok(req.args.len()) => Some(format!(
+                "ERR wrong number of arguments for '{}' command",
+                info.name
+            )),
+            // A container found without its subcommand: Redis refuses it
+            // at queue time.
+            Some(info) if !info.subcommands.is_empty() && !info.name.contains('|') => {
+                Some(format!(
+                    "ERR unknown subcommand '{}'. Try {} HELP.",
+                    String::from_utf8_lossy(req.args.get(1).map_or(&b""[..], |a| &a[..])),
+                    String::from_utf8_lossy(lname).to_ascii_uppercase()
+                ))
+            }
+            _ => None,
+        };
+        if let Some(msg) = refusal {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.dirty = true;
+            }
+            self.tx_local_error(&msg);
+            return;
+        }
+        let mut ping = BytesMut::new();
+        resp::encode_command(&mut ping, &[b"PING"]);
+        if let Some(tx) = self.tx.as_mut() {
+            tx.deferred.push((tx.queued, cmd, req.args.clone()));
+        }
+        self.tx_push_raw(&ping, true);
+    }
+
+    /// SELECT inside MULTI: sent upstream in its place (the commands after
+    /// it run in the database it selects, as in Redis); at EXEC, if it ran,
+    /// the client's database follows, and the shared connection is put back
+    /// in its own database right after the block.
+    fn tx_select(&mut self, req: &Request) {
+        let db = req
+            .args
+            .get(1)
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .and_then(|a| a.parse::<u16>().ok());
+        if let Some(tx) = self.tx.as_mut() {
+            tx.selects.push((tx.queued, req.args.clone()));
+            // Its keys' databases are no longer the client's: drop everything
+            // the transaction may touch, in any database.
+            if db.is_some() {
+                tx.inval = Some(Inval::All);
+            }
+        }
+        self.tx_push_raw(&req.raw, true);
+    }
+
+    /// SELECT while keys are watched: answered as always, and, when it
+    /// succeeds, also sent to the held connection so the EXEC to come runs
+    /// in the new database (the connection is then not reused).
+    async fn select_while_watching(&mut self, req: &Request) {
+        self.flush().await;
+        let start = self.scratch.len();
+        local::run(
+            Local::Select,
+            &req.args,
+            &mut self.st,
+            &self.shared,
+            &mut self.scratch,
+        );
+        let ok = self.scratch.get(start) == Some(&b'+');
+        self.pending.push(Pending::Local(start..self.scratch.len()));
+        if !ok {
+            return;
+        }
+        let timeout = self.shared.upstream.command_timeout();
+        let Some(h) = self.held.as_mut() else { return };
+        h.session_changed = true;
+        if h.conn.call(&req.raw, 1, timeout).await.is_err() {
+            // Its watches are lost with it: the EXEC will say so.
+            self.end_session(false);
+        }
+    }
+
+    /// Adds a command to the open transaction (binding its slot, noting
+    /// what it may write).
+    fn tx_push(&mut self, lname: &[u8], req: &Request) {
+        let shared = std::sync::Arc::clone(&self.shared);
+        if let Some(info) = shared.table.lookup(&req.args) {
+            if self.topo.is_cluster() {
+                // Every key of a transaction must share its slot, fixed by
+                // the first keyed command (or WATCH): Redis Cluster's
+                // CROSSSLOT at queue time, and the EXEC aborts.
+                self.keys.clear();
+                if info.keys(&req.args, &mut self.keys).is_ok() && !self.keys.is_empty() {
+                    let first = self.tx.as_ref().and_then(|t| t.slot);
+                    let mut slot = first;
+                    let mut cross = false;
+                    for &i in &self.keys {
+                        let s = Slot::for_key(&req.args[i]);
+                        match slot {
+                            None => slot = Some(s),
+                            Some(t) if t != s => cross = true,
+                            Some(_) => {}
+                        }
+                    }
+                    if cross {
+                        if let Some(tx) = self.tx.as_mut() {
+                            tx.dirty = true;
+                        }
+                        self.tx_local_error(
+                            "CROSSSLOT Keys in request don't hash to the same slot",
+                        );
+                        return;
+                    }
+                    if let Some(tx) = self.tx.as_mut() {
+                        tx.slot = slot;
+                    }
+                }
+            }
+            if let Some(inval) = self.write_invalidation(info, &req.args) {
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.inval = Some(match (tx.inval.take(), inval) {
+                        (Some(Inval::All), _) => Inval::All,
+                        (Some(Inval::Keys(mut a)), Inval::Keys(b)) => {
+                            a.extend(b);
+                            Inval::Keys(a)
+                        }
+                        (None, i) => i,
+                        _ => Inval::All,
+                    });
+                }
+            }
+        }
+        // Redis answers a nested MULTI and a WATCH inside MULTI at once:
+        // they take no place in EXEC's array.
+        let queued = lname != b"multi" && lname != b"watch";
+        self.tx_push_raw(&req.raw, queued);
+    }
+
+    fn tx_push_raw(&mut self, raw: &[u8], queued: bool) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.buf.extend_from_slice(raw);
+            tx.count += 1;
+            tx.order.push(None);
+            tx.queued += usize::from(queued);
+        }
+    }
+
+    /// A reply the proxy gives itself, in the transaction's order (or as a
+    /// plain local reply when no MULTI is open).
+    fn tx_local_error(&mut self, msg: &str) {
+        let start = self.scratch.len();
+        crate::resp::reply::Reply {
+            out: &mut self.scratch,
+            proto: self.st.proto,
+        }
+        .error(msg);
+        let range = start..self.scratch.len();
+        match self.tx.as_mut() {
+            Some(tx) => {
+                let owned = Bytes::copy_from_slice(&self.scratch[range]);
+                self.scratch.truncate(start);
+                tx.order.push(Some(owned));
+            }
+            None => self.pending.push(Pending::Local(range)),
+        }
+    }
+
+    /// The node a transaction goes to: the held connection's, else its
+    /// slot's owner, else any master.
+    fn tx_node(&self, slot: Option<Slot>) -> Result<usize, sidecache_pool::Error> {
+        if let Some(h) = &self.held {
+            return Ok(h.node);
+        }
+        match slot {
+            Some(s) if self.topo.is_cluster() => self.topo.node_index(s),
+            _ => Ok(0),
+        }
+    }
+
+    /// EXEC or DISCARD closes the block: on a shared connection when
+    /// nothing is held (answered in the reply pass), on the held one
+    /// otherwise.
+    async fn finish_tx(&mut self, req: &Request, end: End) {
+        let Some(mut tx) = self.tx.take() else { return };
+        // A locally refused command: run nothing (DISCARD), answer
+        // EXECABORT as Redis would.
+        if end == End::Exec && tx.dirty {
+            let mut discard = BytesMut::new();
+            resp::encode_command(&mut discard, &[b"DISCARD"]);
+            tx.buf.extend_from_slice(&discard);
+        } else {
+            tx.buf.extend_from_slice(&req.raw);
+        }
+        tx.count += 1;
+        tx.order.push(None);
+        let inval = tx.inval.take();
+        if self.held.is_some() || tx.on_held {
+            self.flush().await;
+            let replies = self.held_send(&mut tx).await;
+            let start = self.scratch.len();
+            if !tx.selects.is_empty() {
+                if let Some(h) = self.held.as_mut() {
+                    h.session_changed = true;
+                }
+            }
+            let replies = replies.map(|f| self.run_deferred(f, end, &tx.deferred, &tx.selects));
+            let ok = self.write_tx_replies(&tx.order, replies, end, tx.dirty, true);
+            self.pending.push(Pending::Local(start..self.scratch.len()));
+            // EXEC and DISCARD both unwatch: the connection is clean again.
+            if let Some(h) = self.held.as_mut() {
+                h.watching = false;
+            }
+            self.end_session(ok);
+        } else {
+            let node = match self.tx_node(tx.slot) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.slot_error(&e);
+                    return;
+                }
+            };
+            let selects = !tx.selects.is_empty();
+            // The shared connection goes back to its own database after
+            // the block (its reply is dropped in the reply pass).
+            let mut restore = false;
+            if selects {
+                let mut b = itoa::Buffer::new();
+                resp::encode_command(
+                    &mut tx.buf,
+                    &[b"SELECT".as_slice(), b.format(self.st.db).as_bytes()],
+                );
+                tx.count += 1;
+                restore = true;
+            }
+            let block = tx.buf.split().freeze();
+            let (node, idx) = self.enqueue_block(node, &block, tx.count);
+            self.pending.push(Pending::Tx(Box::new(TxPending {
+                node,
+                idx,
+                count: tx.count,
+                order: tx.order,
+                slot: tx.slot,
+                block,
+                end,
+                dirty: tx.dirty,
+                deferred: tx.deferred,
+                selects: tx.selects,
+                restore,
+            })));
+            // A SELECT inside: later commands of this batch must see the
+            // database EXEC switched to, so this block is answered now.
+            if selects {
+                self.flush().await;
+            }
+        }
+        if end == End::Exec {
+            if let Some(inval) = inval {
+                self.apply(&inval);
+                self.pending.push(Pending::Invalidate(inval));
+            }
+        }
+    }
+
+    /// WATCH outside MULTI with nothing held: take a held connection on the
+    /// keys' node, after the writes queued for it have landed (so this
+    /// client's own earlier writes cannot fail its WATCH later).
+    async fn watch(&mut self, req: &Request) {
+        self.flush().await;
+        let slot = if self.topo.is_cluster() {
+            let shared = std::sync::Arc::clone(&self.shared);
+            shared.table.lookup(&req.args).and_then(|info| {
+                self.keys.clear();
+                info.keys(&req.args, &mut self.keys).ok()?;
+                self.keys.first().map(|&i| Slot::for_key(&req.args[i]))
+            })
+        } else {
+            None
+        };
+        let node = match self.tx_node(slot) {
+            Ok(n) => n,
+            Err(e) => {
+                self.slot_error(&e);
+                return;
+            }
+        };
+        let Some(n) = self.topo.nodes().get(node).cloned() else {
+            return self.tx_local_error("ERR upstream topology changed, retry");
+        };
+        if let Err(e) = self.wait_writes(&n).await {
+            return self.tx_upstream_error(&e);
+        }
+        let up = &self.shared.upstream;
+        let wait = self.shared.upstream.write_behind().config().queue_timeout;
+        match up
+            .sessions()
+            .hold(
+                n.addr(),
+                self.session(),
+                wait,
+                &req.raw,
+                1,
+                up.command_timeout(),
+            )
+            .await
+        {
+            Ok((conn, mut replies)) => {
+                let frame = replies.pop().unwrap_or_default();
+                let ok = frame.first() == Some(&b'+');
+                let start = self.scratch.len();
+                self.scratch.put_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                let held = Held {
+                    conn,
+                    node,
+                    watching: ok,
+                    slot,
+                    session_changed: false,
+                };
+                if ok {
+                    self.held = Some(held);
+                } else {
+                    self.shared.upstream.sessions().release(held.conn, true);
+                }
+            }
+            Err(e) => self.tx_upstream_error(&e),
+        }
+    }
+
+    /// WATCH, UNWATCH (or a stray EXEC/DISCARD) on the held connection.
+    async fn held_call(&mut self, req: &Request) {
+        self.flush().await;
+        let timeout = self.shared.upstream.command_timeout();
+        let Some(h) = self.held.as_mut() else { return };
+        let r = h.conn.call(&req.raw, 1, timeout).await;
+        match r {
+            Ok(mut replies) => {
+                let frame = replies.pop().unwrap_or_default();
+                let start = self.scratch.len();
+                self.scratch.put_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                // UNWATCH ends the watches; a stray EXEC or DISCARD (no
+                // MULTI) is an error that leaves them in place.
+                if req.args[0].eq_ignore_ascii_case(b"unwatch") && frame.first() == Some(&b'+') {
+                    if let Some(h) = self.held.as_mut() {
+                        h.watching = false;
+                    }
+                    self.end_session(true);
+                }
+            }
+            Err(e) => {
+                self.tx_upstream_error(&e);
+                self.end_session(false);
+            }
+        }
+    }
+
+    /// Sends what the open transaction has collected on the held
+    /// connection (taking one first if needed); its replies, or the error
+    /// for every one of them.
+    async fn held_send(&mut self, tx: &mut TxBlock) -> Result<Vec<Bytes>, sidecache_pool::Error> {
+        let payload = tx.buf.split().freeze();
+        let n = std::mem::take(&mut tx.count);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let up = self.shared.upstream.clone();
+        let timeout = up.command_timeout();
+        if self.held.is_none() {
+            let node = self.tx_node(tx.slot)?;
+            let Some(nd) = self.topo.nodes().get(node).cloned() else {
+                return Err(sidecache_pool::Error::SlotUnassigned(0));
+            };
+            self.wait_writes(&nd).await?;
+            let wait = up.write_behind().config().queue_timeout;
+            let (conn, replies) = up
+                .sessions()
+                .hold(nd.addr(), self.session(), wait, &payload, n, timeout)
+                .await?;
+            self.held = Some(Held {
+                conn,
+                node,
+                watching: false,
+                slot: tx.slot,
+                session_changed: false,
+            });
+            tx.on_held = true;
+            return Ok(replies);
+        }
+        let node = self.held.as_ref().map_or(0, |h| h.node);
+        if let Some(nd) = self.topo.nodes().get(node).cloned() {
+            self.wait_writes(&nd).await?;
+        }
+        let Some(h) = self.held.as_mut() else {
+            return Err(sidecache_pool::Error::Closed);
+        };
+        tx.on_held = true;
+        h.conn.call(&payload, n, timeout).await
+    }
+
+    /// At the end of a batch with a MULTI still open: what it collected goes
+    /// to a held connection now (its client waits for those replies), and
+    /// the rest of the transaction follows there.
+    pub(super) async fn flush_open_tx(&mut self) {
+        let Some(mut tx) = self.tx.take() else { return };
+        if tx.order.is_empty() {
+            self.tx = Some(tx);
+            return;
+        }
+        let replies = self.held_send(&mut tx).await;
+        let order = std::mem::take(&mut tx.order);
+        let failed = replies.is_err();
+        // Straight to the client buffer: this is the batch's tail.
+        let frames = replies.unwrap_or_else(|e| {
+            let mut b = BytesMut::new();
+            super::flush::upstream_error(&mut b, &e);
+            vec![b.freeze(); order.iter().filter(|o| o.is_none()).count()]
+        });
+        let mut it = frames.into_iter();
+        for o in &order {
+            match o {
+                None => self.wbuf.put_slice(&it.next().unwrap_or_default()),
+                Some(b) => self.wbuf.put_slice(b),
+            }
+        }
+        if failed {
+            // The MULTI is lost with its connection; the client's EXEC gets
+            // Redis's own "EXEC without MULTI" from a fresh connection.
+            self.end_session(false);
+            return;
+        }
+        self.tx = Some(tx);
+    }
+
+    /// Writes a finished block's replies (into `scratch` when `local`, else
+    /// the client buffer); returns whether it ended cleanly (the held
+    /// connection may be reused).
+    fn write_tx_replies(
+        &mut self,
+        order: &[Option<Bytes>],
+        replies: Result<Vec<Bytes>, sidecache_pool::Error>,
+        end: End,
+        dirty: bool,
+        local: bool,
+    ) -> bool {
+        let n_up = order.iter().filter(|o| o.is_none()).count();
+        let (frames, ok) = match replies {
+            Ok(f) if f.len() == n_up => (f, true),
+            Ok(_) => (
+                vec![Bytes::from_static(b"-ERR upstream reply missing\r\n"); n_up],
+                false,
+            ),
+            Err(e) => {
+                let mut b = BytesMut::new();
+                super::flush::upstream_error(&mut b, &e);
+                (vec![b.freeze(); n_up], false)
+            }
+        };
+        if let Some(last) = frames.last() {
+            self.count_tx(end, dirty, last);
+        }
+        let mut out = BytesMut::new();
+        let mut up = 0usize;
+        for o in order {
+            match o {
+                None => {
+                    up += 1;
+                    if up == n_up && end == End::Exec && dirty && ok {
+                        out.put_slice(EXECABORT);
+                    } else {
+                        out.put_slice(&frames[up - 1]);
+                    }
+                }
+                Some(b) => out.put_slice(b),
+            }
+        }
+        if local {
+            self.scratch.put_slice(&out);
+        } else {
+            self.wbuf.put_slice(&out);
+        }
+        ok
+    }
+
+    fn count_tx(&self, end: End, dirty: bool, last: &[u8]) {
+        let t = &self.shared.stats.tx;
+        let c = match end {
+            End::Discard => &t.discarded,
+            End::Exec if dirty || last.starts_with(b"-EXECABORT") => &t.aborted,
+            End::Exec if last == b"*-1\r\n" || last == b"_\r\n" => &t.watch_failed,
+            End::Exec if last.first() == Some(&b'*') => &t.executed,
+            End::Exec => &t.aborted,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers a shared-connection block in the reply pass: Redis's replies
+    /// in order, re-run whole on the slot's new owner when the cluster
+    /// redirected it before anything ran (no WATCH is involved here).
+    pub(super) async fn reply_tx(&mut self, t: TxPending) {
+        let mut frames = Vec::with_capacity(t.count);
+        let mut failed = None;
+        for k in 0..t.count {
+            match self.take_frame(t.node, t.idx + k as u32) {
+                Ok(f) => frames.push(f),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut replies = match failed {
+            Some(e) => Err(e),
+            None => Ok(frames),
+        };
+        if self.topo.is_cluster() && t.end == End::Exec && !t.dirty {
+            for attempt in 0..redirect::MAX_REDIRECTS {
+                let Ok(frames) = &replies else { break };
+                let Some(action) = frames
+                    .iter()
+                    .map(|f| redirect::decide(f, attempt))
+                    .find(|a| matches!(a, Action::Moved { .. } | Action::Ask { .. }))
+                else {
+                    break;
+                };
+                self.shared.metrics.note_redirect(match &action {
+                    Action::Moved { .. } => b"-MOVED ",
+                    _ => b"-ASK ",
+                });
+                replies = self.rerun_block(&action, &t.block, t.count, t.slot).await;
+            }
+        }
+        let replies = replies.map(|mut f| {
+            if t.restore {
+                f.pop();
+            }
+            self.run_deferred(f, t.end, &t.deferred, &t.selects)
+        });
+        self.write_tx_replies(&t.order, replies, t.end, t.dirty, false);
+    }
+
+    /// Puts the replies of locally answered commands, run now (at EXEC,
+    /// as Redis runs them), in their places in EXEC's array.
+    fn run_deferred(
+        &mut self,
+        mut frames: Vec<Bytes>,
+        end: End,
+        deferred: &[(usize, Local, Vec<Bytes>)],
+        selects: &[(usize, Vec<Bytes>)],
+    ) -> Vec<Bytes> {
+        if end != End::Exec || (deferred.is_empty() && selects.is_empty()) {
+            return frames;
+        }
+        let Some(last) = frames.pop() else {
+            return frames;
+        };
+        let Ok(Some(mut items)) = resp::array_elements(&last) else {
+            frames.push(last);
+            return frames;
+        };
+        for (at, cmd, args) in deferred {
+            let mut out = BytesMut::new();
+            local::run(*cmd, args, &mut self.st, &self.shared, &mut out);
+            if let Some(item) = items.get_mut(*at) {
+                *item = out.freeze();
+            }
+        }
+        // A SELECT that ran moves the client to its database.
+        for (at, args) in selects {
+            if items.get(*at).is_some_and(|i| i.first() == Some(&b'+')) {
+                let mut out = BytesMut::new();
+                local::run(Local::Select, args, &mut self.st, &self.shared, &mut out);
+            }
+        }
+        if deferred.is_empty() {
+            frames.push(last);
+            return frames;
+        }
+        let mut array = BytesMut::new();
+        resp::put_header(&mut array, b'*', items.len() as i64);
+        for i in &items {
+            array.put_slice(i);
+        }
+        frames.push(array.freeze());
+        frames
+    }
+
+    async fn rerun_block(
+        &mut self,
+        action: &Action,
+        block: &Bytes,
+        count: usize,
+        slot: Option<Slot>,
+    ) -> Result<Vec<Bytes>, sidecache_pool::Error> {
+        let up = self.shared.upstream.clone();
+        let (addr, asking) = match action {
+            Action::Moved { addr, .. } => (addr.clone(), false),
+            Action::Ask { addr } => (addr.clone(), true),
+            _ => return Err(sidecache_pool::Error::Closed),
+        };
+        if !asking {
+            up.request_refresh();
+        }
+        let node = up.redirect_node(&addr, slot, !asking);
+        let mut payload = BytesMut::with_capacity(block.len() + 20);
+        if asking {
+            resp::encode_command(&mut payload, &[b"ASKING"]);
+        }
+        payload.extend_from_slice(block);
+        let n = count + usize::from(asking);
+        let mut r = up
+            .call(&node, self.session(), self.hint(), payload.freeze(), n)
+            .await?;
+        if asking && !r.is_empty() {
+            r.remove(0);
+        }
+        Ok(r)
+    }
+
+    /// Waits until the writes queued for `node` (and for masters that left
+    /// the map) have landed, bounded by `--write-queue-timeout`.
+    async fn wait_writes(
+        &mut self,
+        node: &sidecache_pool::node::Node,
+    ) -> Result<(), sidecache_pool::Error> {
+        let limit = self.shared.upstream.write_behind().config().queue_timeout;
+        let retired = self.shared.upstream.retired_barriers();
+        for b in node.write_barriers().chain(retired) {
+            if tokio::time::timeout(limit, b.wait()).await.is_err() {
+                return Err(sidecache_pool::Error::WritesPending {
+                    addr: node.addr().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn tx_upstream_error(&mut self, e: &sidecache_pool::Error) {
+        let mut b = BytesMut::new();
+        super::flush::upstream_error(&mut b, e);
+        let start = self.scratch.len();
+        self.scratch.put_slice(&b);
+        self.pending.push(Pending::Local(start..self.scratch.len()));
+    }
+
+    /// Drops the transaction and gives the held connection back (`clean`:
+    /// it carries no state) or closes it.
+    pub(super) fn end_session(&mut self, clean: bool) {
+        self.tx = None;
+        if let Some(h) = self.held.take() {
+            let clean = clean && !h.watching && !h.session_changed;
+            self.shared.upstream.sessions().release(h.conn, clean);
+        }
+    }
+}
