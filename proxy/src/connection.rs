@@ -13,6 +13,9 @@
 //!            write          (MOVED/ASK followed, split parts merged)
 //! ```
 //!
+//! Transactions (`tx`): from MULTI to EXEC the commands are collected, not
+//! dispatched, and travel as one block (see that module's diagram).
+//!
 //! A batch is everything parsed from one read (bounded by
 //! [`MAX_BATCH`]); its upstream commands go out as one pipeline per node and
 //! its replies are written in one write. A command that changes the session

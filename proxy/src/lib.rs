@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown.
-//! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order.
+//! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
+//!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection).
 //! - [`resp`]: the client-side codec (requests in, local replies out).
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.

@@ -1,0 +1,70 @@
+"""Celery with a Redis broker and Redis result backend.
+
+`send` publishes without a result backend (the producer half only) and reads
+the queued message's length from the broker list. `roundtrip` starts a real
+worker (`celery -A compat_celery_app worker --pool=solo`) as a subprocess and
+waits for `add.delay(2, 3).get(timeout=...)`.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import redis
+
+from common import PREFIX, URL, expect, main
+
+QUEUE = f"{PREFIX}-celery"
+
+
+def configure(backend):
+    os.environ["COMPAT_CELERY_BROKER"] = URL
+    os.environ["COMPAT_CELERY_BACKEND"] = URL if backend else ""
+    os.environ["COMPAT_CELERY_QUEUE"] = QUEUE
+
+
+def send():
+    configure(backend=False)
+    import compat_celery_app
+
+    r = redis.Redis.from_url(URL, socket_timeout=10)
+    for i in range(3):
+        compat_celery_app.add.apply_async((i, i))
+    # kombu's Redis transport keeps a queue as a list named after it.
+    expect(r.llen(QUEUE), 3, "messages in the broker list")
+    return "apply_async x3 published (LPUSH), broker list length 3"
+
+
+def roundtrip():
+    configure(backend=True)
+    import compat_celery_app
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "compat_celery_app", "worker",
+         "--pool=solo", "--concurrency=1", "--loglevel=INFO",
+         "--hostname", f"{PREFIX}@localhost"],
+        cwd=here,
+        env=dict(os.environ, PYTHONPATH=here),
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+        start_new_session=True,
+    )
+    try:
+        started = time.monotonic()
+        result = compat_celery_app.add.delay(2, 3)
+        expect(result.get(timeout=25), 5, "add.delay(2, 3).get()")
+        expect(result.status, "SUCCESS", "result status")
+        return f"worker --pool=solo ran add.delay(2, 3); .get() == 5 after {time.monotonic() - started:.1f}s"
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=5)
+
+
+if __name__ == "__main__":
+    main({"send": send, "roundtrip": roundtrip})

@@ -1,0 +1,52 @@
+"""Shared plumbing for the compat checks: where to connect, and the PASS/FAIL line.
+
+Every check program is run as `python PROG.py CHECK` by ../run.sh with
+COMPAT_HOST, COMPAT_PORT (the endpoint under test: sidecache or the control
+redis-server) and COMPAT_PREFIX (unique per check and endpoint, used for key
+and queue names). It prints exactly one final line, `PASS <what was checked>`
+or `FAIL <what went wrong>`, and exits 0 or 1. Tracebacks go to stderr, which
+run.sh keeps in the log directory.
+"""
+
+import os
+import signal
+import sys
+import traceback
+
+HOST = os.environ.get("COMPAT_HOST", "127.0.0.1")
+PORT = int(os.environ.get("COMPAT_PORT", "6379"))
+PREFIX = os.environ.get("COMPAT_PREFIX", "compat")
+URL = f"redis://{HOST}:{PORT}/0"
+
+
+class CheckFailed(Exception):
+    """A check ran but saw the wrong value."""
+
+
+def expect(actual, wanted, what):
+    if actual != wanted:
+        raise CheckFailed(f"{what}: got {actual!r}, wanted {wanted!r}")
+
+
+def _sigterm(_signum, _frame):
+    # `timeout` sends SIGTERM; turn it into an exception so `finally` blocks
+    # (which stop worker subprocesses) still run.
+    raise SystemExit("killed by SIGTERM (timeout)")
+
+
+def main(checks):
+    """Run the check named by argv[1] (a function returning a short summary)."""
+    signal.signal(signal.SIGTERM, _sigterm)
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    if name not in checks:
+        print(f"FAIL unknown check {name!r}; known: {', '.join(checks)}")
+        sys.exit(2)
+    try:
+        summary = checks[name]()
+    except BaseException as e:  # noqa: BLE001 - everything is a FAIL line
+        traceback.print_exc()
+        text = " ".join(f"{type(e).__name__}: {e}".split())
+        print(f"FAIL {text[:400]}", flush=True)
+        sys.exit(1)
+    print(f"PASS {summary}", flush=True)
+    sys.exit(0)
