@@ -5,7 +5,10 @@
 # Each target has a Redis of its own (same settings), so sidecache's
 # invalidation channel does not cost the direct run anything. The load is
 # bench's `txbench` (Rust, one thread): CLIENTS connections, each sending
-# P transactions per round trip.
+# P transactions per round trip. As the reference for what forwarding costs
+# on this machine, the same rounds also run `redis-benchmark -t incr` with
+# 4 × P commands per round trip (as many forwarded commands per round trip
+# as the transactions carry).
 #
 # Knobs: PIPELINES="1 16"  ROUNDS=5  N=100000 (transactions per run)
 #        CLIENTS=50  SIDECACHE_ARGS=""  RESULTS_DIR=bench/results
@@ -36,6 +39,7 @@ for p in "$RD" "$RS"; do for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/nu
   ${SIDECACHE_ARGS:-} >"$WORK/sc.log" 2>&1 & PIDS+=($!)
 for _ in $(seq 100); do redis-cli -p "$SP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 run() { "$TX" --addr "127.0.0.1:$1" --clients "$CLIENTS" --pipeline "$2" --requests "$N"; }
+incr() { redis-benchmark -p "$1" -c "$CLIENTS" -n $(( N * 4 )) -P $(( $2 * 4 )) -t incr -q --csv | tail -1 | cut -d, -f2 | tr -d '"'; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 declare -A RES
 for p in $PIPELINES; do
@@ -46,6 +50,9 @@ for p in $PIPELINES; do
       line=$(run "$port" "$p")
       echo "P=$p round $r $t: $line (tx/s,p50 ms,p99 ms)"
       RES[$t,$p]+="${line%%,*}"$'\n'
+      i=$(incr "$port" "$p")
+      echo "P=$p round $r $t: INCR -P $(( p * 4 )) $i/s"
+      RES[incr$t,$p]+="$i"$'\n'
     done
   done
 done
@@ -55,10 +62,11 @@ out="$RESULTS_DIR/tx.md"; mkdir -p "$RESULTS_DIR"
   echo
   echo "\`bench/tx.sh\`: $CLIENTS connections, $N transactions per run, median of $ROUNDS interleaved rounds, this machine ($(nproc) CPUs, client, Redis and sidecache on it)."
   echo
-  echo "| pipeline | direct Redis (tx/s) | sidecache (tx/s) | ratio |"
-  echo "|---|---|---|---|"
+  echo "| pipeline | direct Redis (tx/s) | sidecache (tx/s) | ratio | reference: INCR at 4× the pipeline, direct / sidecache (req/s) | reference ratio |"
+  echo "|---|---|---|---|---|---|"
   for p in $PIPELINES; do
     d=$(printf '%s' "${RES[direct,$p]}" | median); s=$(printf '%s' "${RES[sidecache,$p]}" | median)
-    echo "| -P $p | $d | $s | $(awk -v a="$s" -v b="$d" 'BEGIN {printf "%.2f", a / b}')× |"
+    di=$(printf '%s' "${RES[incrdirect,$p]}" | median); si=$(printf '%s' "${RES[incrsidecache,$p]}" | median)
+    echo "| -P $p | $d | $s | $(awk -v a="$s" -v b="$d" 'BEGIN {printf "%.2f", a / b}')× | $di / $si | $(awk -v a="$si" -v b="$di" 'BEGIN {printf "%.2f", a / b}')× |"
   done
 } | tee "$out"

@@ -64,22 +64,31 @@ async function bullmqQueue() {
   }
 }
 
-async function bullmqWorker() {
+// The worker either finds a backlog (the job was added before it started:
+// fetched with a Lua script, no blocking command needed) or sits idle first
+// and must be woken (BullMQ waits with BZPOPMIN on the queue's marker key).
+async function bullmqWorker(idleFirst) {
   const name = `${prefix}-bullw`;
   const queue = new Queue(name, { connection });
   let worker;
   try {
-    const job = await queue.add("add", { a: 2, b: 3 });
     const errors = [];
+    let job;
+    if (!idleFirst) job = await queue.add("add", { a: 2, b: 3 });
     const done = new Promise((resolve, reject) => {
       worker = new Worker(name, async (j) => j.data.a + j.data.b, { connection, drainDelay: 1 });
       worker.on("completed", (j, result) => resolve([j.id, result]));
       worker.on("failed", (j, err) => reject(new Error(`job failed: ${err.message}`)));
       worker.on("error", (err) => errors.push(err.message));
     });
+    if (idleFirst) {
+      await worker.waitUntilReady();
+      await new Promise((r) => setTimeout(r, 2000));
+      job = await queue.add("add", { a: 2, b: 3 });
+    }
     let result;
     try {
-      result = await withTimeout(done, 20000, "job completion");
+      result = await withTimeout(done, 15000, "job completion");
     } catch (e) {
       if (errors.length) throw new Error(`${e.message}; worker errors: ${[...new Set(errors)].join(" | ")}`);
       throw e;
@@ -87,14 +96,25 @@ async function bullmqWorker() {
     expect(result, [job.id, 5], "completed job and result");
     const back = await Job.fromId(queue, job.id);
     expect([await back.getState(), back.returnvalue], ["completed", 5], "state and returnvalue");
-    return "Queue.add -> Worker processed it -> completed, returnvalue 5";
+    const summary = idleFirst
+      ? "Worker idle 2 s, then Queue.add -> processed -> completed, returnvalue 5"
+      : "Queue.add, then Worker started -> processed the backlog -> completed, returnvalue 5";
+    // Errors the worker emitted along the way (it retries them) do not fail
+    // the check, but are named.
+    await new Promise((r) => setTimeout(r, 500));
+    return errors.length ? `${summary} [note: worker 'error' events: ${[...new Set(errors)].join(" | ")}]` : summary;
   } finally {
     if (worker) await withTimeout(worker.close(true), 10000, "worker.close").catch(() => {});
     await queue.close();
   }
 }
 
-const checks = { "ioredis-multi": ioredisMulti, "bullmq-queue": bullmqQueue, "bullmq-worker": bullmqWorker };
+const checks = {
+  "ioredis-multi": ioredisMulti,
+  "bullmq-queue": bullmqQueue,
+  "bullmq-worker-backlog": () => bullmqWorker(false),
+  "bullmq-worker-idle": () => bullmqWorker(true),
+};
 const name = process.argv[2];
 if (!checks[name]) {
   console.log(`FAIL unknown check ${name}; known: ${Object.keys(checks).join(", ")}`);

@@ -1,9 +1,11 @@
 """Celery with a Redis broker and Redis result backend.
 
 `send` publishes without a result backend (the producer half only) and reads
-the queued message's length from the broker list. `roundtrip` starts a real
-worker (`celery -A compat_celery_app worker --pool=solo`) as a subprocess and
-waits for `add.delay(2, 3).get(timeout=...)`.
+the queued message's length from the broker list. `worker` starts a real
+worker (`celery -A compat_celery_app worker --pool=solo`, default options) as
+a subprocess, still without a result backend, and waits for the task's own
+SET to appear. `roundtrip` is the usual setup, broker and result backend:
+`add.delay(2, 3).get(timeout=...)` with the worker running.
 """
 
 import os
@@ -13,7 +15,7 @@ import time
 
 import redis
 
-from common import PREFIX, URL, expect, main
+from common import PREFIX, URL, CheckFailed, expect, main
 
 QUEUE = f"{PREFIX}-celery"
 
@@ -36,12 +38,9 @@ def send():
     return "apply_async x3 published (LPUSH), broker list length 3"
 
 
-def roundtrip():
-    configure(backend=True)
-    import compat_celery_app
-
+def start_worker():
     here = os.path.dirname(os.path.abspath(__file__))
-    worker = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "compat_celery_app", "worker",
          "--pool=solo", "--concurrency=1", "--loglevel=INFO",
          "--hostname", f"{PREFIX}@localhost"],
@@ -49,8 +48,44 @@ def roundtrip():
         env=dict(os.environ, PYTHONPATH=here),
         stdout=sys.stderr,
         stderr=sys.stderr,
-        start_new_session=True,
     )
+
+
+def stop_worker(worker):
+    worker.terminate()
+    try:
+        worker.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait(timeout=5)
+
+
+def worker():
+    configure(backend=False)
+    import compat_celery_app
+
+    r = redis.Redis.from_url(URL, socket_timeout=10)
+    key = f"{PREFIX}:celery-mark"
+    proc = start_worker()
+    try:
+        started = time.monotonic()
+        compat_celery_app.mark.delay(key, "done")
+        while r.get(key) != b"done":
+            if proc.poll() is not None:
+                raise CheckFailed(f"celery worker exited with status {proc.returncode}")
+            if time.monotonic() - started > 25:
+                raise CheckFailed(f"task not run within 25 s; broker list length {r.llen(QUEUE)}")
+            time.sleep(0.2)
+        return f"worker --pool=solo consumed mark.delay() and ran it after {time.monotonic() - started:.1f}s"
+    finally:
+        stop_worker(proc)
+
+
+def roundtrip():
+    configure(backend=True)
+    import compat_celery_app
+
+    proc = start_worker()
     try:
         started = time.monotonic()
         result = compat_celery_app.add.delay(2, 3)
@@ -58,13 +93,8 @@ def roundtrip():
         expect(result.status, "SUCCESS", "result status")
         return f"worker --pool=solo ran add.delay(2, 3); .get() == 5 after {time.monotonic() - started:.1f}s"
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=5)
+        stop_worker(proc)
 
 
 if __name__ == "__main__":
-    main({"send": send, "roundtrip": roundtrip})
+    main({"send": send, "worker": worker, "roundtrip": roundtrip})

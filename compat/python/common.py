@@ -4,13 +4,15 @@ Every check program is run as `python PROG.py CHECK` by ../run.sh with
 COMPAT_HOST, COMPAT_PORT (the endpoint under test: sidecache or the control
 redis-server) and COMPAT_PREFIX (unique per check and endpoint, used for key
 and queue names). It prints exactly one final line, `PASS <what was checked>`
-or `FAIL <what went wrong>`, and exits 0 or 1. Tracebacks go to stderr, which
+or `FAIL <what went wrong>`, and exits 0 or 1. A PASS line ends with
+`[note: …]` when a library's background thread died during the check. Tracebacks go to stderr, which
 run.sh keeps in the log directory.
 """
 
 import os
 import signal
 import sys
+import threading
 import traceback
 
 HOST = os.environ.get("COMPAT_HOST", "127.0.0.1")
@@ -34,9 +36,21 @@ def _sigterm(_signum, _frame):
     raise SystemExit("killed by SIGTERM (timeout)")
 
 
+_thread_errors = []
+
+
+def _thread_excepthook(args):
+    # A library's background thread dying does not fail the check by itself
+    # (the job may still run), but it must not go unnoticed: the PASS line
+    # names it.
+    _thread_errors.append(" ".join(f"{args.exc_type.__name__}: {args.exc_value}".split()))
+    threading.__excepthook__(args)
+
+
 def main(checks):
     """Run the check named by argv[1] (a function returning a short summary)."""
     signal.signal(signal.SIGTERM, _sigterm)
+    threading.excepthook = _thread_excepthook
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in checks:
         print(f"FAIL unknown check {name!r}; known: {', '.join(checks)}")
@@ -48,5 +62,7 @@ def main(checks):
         text = " ".join(f"{type(e).__name__}: {e}".split())
         print(f"FAIL {text[:400]}", flush=True)
         sys.exit(1)
+    if _thread_errors:
+        summary += f" [note: a background thread died: {'; '.join(sorted(set(_thread_errors)))}]"
     print(f"PASS {summary}", flush=True)
     sys.exit(0)

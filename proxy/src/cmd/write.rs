@@ -138,9 +138,19 @@ pub fn encoded_bound(args: &[Bytes], pairs: &[(usize, usize)]) -> usize {
         + 32 * (2 * pairs.len() + 4)
 }
 
+/// Commands at least this large get an allocation of their own rather
+/// than a share of the connection's buffer.
+const OWN_ALLOCATION: usize = 2 * 1024;
+/// The connection buffer's chunk, shared by the small commands in it.
+const SHARED_CHUNK: usize = 8 * 1024;
+
 /// Encodes the upstream command for some of a plan's pairs.
-/// Encodes into `buf` (a per-connection buffer: the commands of many
-/// writes share its allocations) and returns the command, split off.
+/// Small commands are encoded into `buf` (a per-connection buffer: the
+/// commands of many writes share its allocations) and split off; a large
+/// one gets an allocation of exactly its size. A queued command keeps its
+/// whole allocation alive, so a large write sharing an 8 KB chunk would pin
+/// up to twice the bytes `--write-queue-max-bytes` charges it (measured with
+/// `bench/stall.sh`: 4 KB values doubled the queue's real memory).
 pub fn encode(
     plan: &WritePlan,
     args: &[Bytes],
@@ -148,8 +158,13 @@ pub fn encode(
     buf: &mut BytesMut,
 ) -> Bytes {
     let need = encoded_bound(args, pairs);
+    if need >= OWN_ALLOCATION {
+        let mut own = BytesMut::with_capacity(need);
+        encode_into(plan, args, pairs, &mut own);
+        return own.freeze();
+    }
     if buf.capacity() - buf.len() < need {
-        buf.reserve(need.max(8 * 1024));
+        buf.reserve(need.max(SHARED_CHUNK));
     }
     encode_into(plan, args, pairs, buf);
     buf.split().freeze()
