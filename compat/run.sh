@@ -14,10 +14,10 @@ set -euo pipefail
 # if one passes it is reported XPASS — then move it out of this list.
 # The direct (control) column must pass for every check regardless.
 EXPECTED_FAIL=(
-  rq-cli-worker        # an idle `rq worker` waits with BLMOVE
-  celery-worker        # the worker consumes with BRPOP
-  celery-roundtrip     # .get() waits on SUBSCRIBE celery-task-meta-<id>
-  bullmq-worker-idle   # an idle Worker waits with BZPOPMIN on the queue's marker key
+  rq-cli-worker        # idle `rq worker`: BLMOVE rq:queue:<q> rq:queue:<q>:intermediate LEFT RIGHT 405 -> -ERR blocking …; worker exits
+  celery-worker        # worker start-up (mingle): BRPOP <uuid>.reply.celery.pidbox … 1 -> -ERR blocking …; "Unrecoverable error", exit 1
+  celery-roundtrip     # result backend: SUBSCRIBE celery-task-meta-<id> -> -ERR pub/sub …, raised by .get()
+  bullmq-worker-idle   # idle Worker: BZPOPMIN bull:<q>:marker <s> -> -ERR blocking …; the job is never picked up
 )
 
 # name|environment|program and arguments (relative to compat/)
@@ -73,11 +73,11 @@ trap 'exit 130' INT TERM
 mkdir -p "$CACHE"
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
   log "installing redis-server and redis-tools with apt-get"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+  timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   log "installing nodejs and npm with apt-get"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq nodejs npm >/dev/null
 fi
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$node_major" -ge 20 ] || die "node $(node --version) is too old: ioredis 6 needs Node >= 20"
@@ -93,7 +93,7 @@ venv() { # venv NAME REQUIREMENTS -> prints the venv's python
     log "creating $dir from $(basename "$req")"
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
-    "$dir/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+    timeout 900 "$dir/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
     touch "$dir/.complete"
   fi
   echo "$dir/bin/python"
@@ -107,7 +107,7 @@ if [ ! -e "$NODE_DIR/.complete" ]; then
   log "npm ci into $NODE_DIR"
   rm -rf "$NODE_DIR" && mkdir -p "$NODE_DIR"
   cp "$COMPAT_DIR/node/package.json" "$COMPAT_DIR/node/package-lock.json" "$NODE_DIR/"
-  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  (cd "$NODE_DIR" && timeout 900 npm ci --no-audit --no-fund --loglevel=error >&2)
   touch "$NODE_DIR/.complete"
 fi
 # ESM resolves packages next to the importing file, so the script runs from there.
@@ -115,7 +115,7 @@ cp "$COMPAT_DIR"/node/*.mjs "$NODE_DIR/"
 
 if [ ! -x "$SIDECACHE_BIN" ]; then
   log "building $SIDECACHE_BIN (cargo build --release -p sidecache)"
-  (cd "$REPO" && cargo build --release -p sidecache >&2)
+  (cd "$REPO" && timeout 3600 cargo build --release -p sidecache >&2)
   [ -x "$SIDECACHE_BIN" ] || die "$SIDECACHE_BIN not found after the build"
 fi
 log "installs ready"
@@ -126,7 +126,7 @@ free_port() {
 }
 wait_ping() { # wait_ping PORT PID WHAT
   for _ in $(seq 100); do
-    if [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; then return 0; fi
+    if [ "$(timeout 2 redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; then return 0; fi
     kill -0 "$2" 2>/dev/null || die "$3 exited at start (see $LOGS)"
     sleep 0.1
   done

@@ -9,13 +9,12 @@ SET to appear. `roundtrip` is the usual setup, broker and result backend:
 """
 
 import os
-import subprocess
 import sys
 import time
 
 import redis
 
-from common import PREFIX, URL, CheckFailed, expect, main
+from common import PREFIX, URL, CheckFailed, Worker, expect, main
 
 QUEUE = f"{PREFIX}-celery"
 
@@ -39,25 +38,11 @@ def send():
 
 
 def start_worker():
-    here = os.path.dirname(os.path.abspath(__file__))
-    return subprocess.Popen(
+    return Worker(
         [sys.executable, "-m", "celery", "-A", "compat_celery_app", "worker",
          "--pool=solo", "--concurrency=1", "--loglevel=INFO",
          "--hostname", f"{PREFIX}@localhost"],
-        cwd=here,
-        env=dict(os.environ, PYTHONPATH=here),
-        stdout=sys.stderr,
-        stderr=sys.stderr,
     )
-
-
-def stop_worker(worker):
-    worker.terminate()
-    try:
-        worker.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait(timeout=5)
 
 
 def worker():
@@ -71,14 +56,14 @@ def worker():
         started = time.monotonic()
         compat_celery_app.mark.delay(key, "done")
         while r.get(key) != b"done":
-            if proc.poll() is not None:
-                raise CheckFailed(f"celery worker exited with status {proc.returncode}")
+            if proc.exited():
+                raise proc.exited()
             if time.monotonic() - started > 25:
                 raise CheckFailed(f"task not run within 25 s; broker list length {r.llen(QUEUE)}")
             time.sleep(0.2)
         return f"worker --pool=solo consumed mark.delay() and ran it after {time.monotonic() - started:.1f}s"
     finally:
-        stop_worker(proc)
+        proc.stop()
 
 
 def roundtrip():
@@ -89,11 +74,17 @@ def roundtrip():
     try:
         started = time.monotonic()
         result = compat_celery_app.add.delay(2, 3)
-        expect(result.get(timeout=25), 5, "add.delay(2, 3).get()")
+        try:
+            value = result.get(timeout=25)
+        except Exception as e:
+            if proc.exited():
+                raise CheckFailed(f"{type(e).__name__}: {e}; and the {proc.exited()}") from e
+            raise
+        expect(value, 5, "add.delay(2, 3).get()")
         expect(result.status, "SUCCESS", "result status")
         return f"worker --pool=solo ran add.delay(2, 3); .get() == 5 after {time.monotonic() - started:.1f}s"
     finally:
-        stop_worker(proc)
+        proc.stop()
 
 
 if __name__ == "__main__":

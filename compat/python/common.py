@@ -66,3 +66,50 @@ def main(checks):
         summary += f" [note: a background thread died: {'; '.join(sorted(set(_thread_errors)))}]"
     print(f"PASS {summary}", flush=True)
     sys.exit(0)
+
+
+class Worker:
+    """A worker subprocess (`celery … worker`, `rq worker`) whose output is kept.
+
+    It stays in our process group, so run.sh's `timeout` stops it with us.
+    The output goes to a temp file; `stop()` copies it to our stderr (the
+    check's log), and `last_error()` names the error that stopped it.
+    """
+
+    def __init__(self, args):
+        import subprocess
+        import tempfile
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        self._out = tempfile.NamedTemporaryFile("w+", prefix="compat-worker-", suffix=".log")
+        self.proc = subprocess.Popen(
+            args, cwd=here, env=dict(os.environ, PYTHONPATH=here),
+            stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT,
+        )
+
+    def exited(self):
+        """A CheckFailed describing the exit, or None while it runs."""
+        if self.proc.poll() is None:
+            return None
+        return CheckFailed(f"worker exited with status {self.proc.returncode}: {self.last_error()}")
+
+    def last_error(self):
+        self._out.flush()
+        with open(self._out.name, errors="replace") as f:
+            lines = [line.strip() for line in f]
+        errors = [line for line in lines if "Error" in line and ": " in line]
+        return errors[-1] if errors else (lines[-1] if lines else "no output")
+
+    def stop(self):
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        with open(self._out.name, errors="replace") as f:
+            sys.stderr.write("---- worker output ----\n" + f.read() + "---- end of worker output ----\n")
+        self._out.close()

@@ -5,8 +5,6 @@ A burst worker dequeues with LPOP (no blocking command); the long-running
 checks: the worker is started and idle before the job is enqueued.
 """
 
-import os
-import subprocess
 import sys
 import time
 
@@ -15,6 +13,7 @@ from rq import Queue, Worker
 
 import compat_tasks
 from common import PREFIX, URL, CheckFailed, expect, main
+from common import Worker as WorkerProcess
 
 
 def queue():
@@ -51,35 +50,23 @@ def depends():
 
 def cli_worker():
     r, q = queue()
-    here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rq.cli", "worker", "--url", URL, "--name", f"{PREFIX}-cli", q.name],
-        cwd=here,
-        env=dict(os.environ, PYTHONPATH=here),
-        stdout=sys.stderr,
-        stderr=sys.stderr,
-    )
+    proc = WorkerProcess([sys.executable, "-m", "rq.cli", "worker", "--url", URL, "--name", f"{PREFIX}-cli", q.name])
     try:
         time.sleep(2)  # let it register and start waiting
-        if proc.poll() is not None:
-            raise CheckFailed(f"rq worker exited with status {proc.returncode} while idle")
+        if proc.exited():
+            raise CheckFailed(f"while idle, the rq {proc.exited()}")
         job = q.enqueue(compat_tasks.add, 2, 3)
         started = time.monotonic()
         while job.get_status(refresh=True) != "finished":
-            if proc.poll() is not None:
-                raise CheckFailed(f"rq worker exited with status {proc.returncode}; job {job.get_status()}")
+            if proc.exited():
+                raise CheckFailed(f"job {job.get_status()}; the rq {proc.exited()}")
             if time.monotonic() - started > 20:
                 raise CheckFailed(f"job still {job.get_status()} after 20 s")
             time.sleep(0.2)
         expect(job.return_value(), 5, "return_value()")
         return f"idle `rq worker` picked up add(2, 3) after {time.monotonic() - started:.1f}s, result 5"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        proc.stop()
 
 
 if __name__ == "__main__":
