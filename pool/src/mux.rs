@@ -300,7 +300,11 @@ async fn run_connected(
     let pongs = Arc::new(AtomicU64::new(0));
     // Requests answered (by the reader), against `sent` (by the writer).
     let done = Arc::new(AtomicU64::new(0));
-    let demoted = Arc::new(tokio::sync::Notify::new());
+    // A oneshot, not a Notify: the writer polls it in every turn of its
+    // loop, and a `Notify::notified()` made anew each turn takes the
+    // waiter-list lock twice per upstream write.
+    let (demoted_tx, mut demoted) = oneshot::channel::<()>();
+    let mut demoted_seen = false;
     let mut reader = tokio::spawn(read_loop(
         addr.clone(),
         rd,
@@ -310,7 +314,7 @@ async fn run_connected(
         Watch {
             health: health.cloned(),
             done: Arc::clone(&done),
-            demoted: Arc::clone(&demoted),
+            demoted: Some(demoted_tx),
         },
     ));
     let mut sent: u64 = 0;
@@ -353,7 +357,15 @@ async fn run_connected(
                     Err(e) => lost(e.to_string()),
                 });
             }
-            () = demoted.notified() => {
+            r = &mut demoted, if !demoted_seen => {
+                // Polled at most once to completion (a finished oneshot
+                // must not be polled again).
+                demoted_seen = true;
+                if r.is_err() {
+                    // The reader ended without a READONLY: the branch
+                    // above reports why.
+                    continue;
+                }
                 // Take nothing more; the reader ends once every reply in
                 // flight is in (or after DRAIN_LIMIT).
                 drop(inflight_tx);
@@ -471,7 +483,7 @@ struct Watch {
     /// Requests answered.
     done: Arc<AtomicU64>,
     /// Told once when the connection must reconnect (READONLY).
-    demoted: Arc<tokio::sync::Notify>,
+    demoted: Option<oneshot::Sender<()>>,
 }
 
 async fn read_loop(
@@ -480,7 +492,7 @@ async fn read_loop(
     mut inflight: mpsc::Receiver<Inflight>,
     channel: Option<Arc<Channel>>,
     pongs: Arc<AtomicU64>,
-    watch: Watch,
+    mut watch: Watch,
 ) -> Error {
     let readonly_reconnects = watch
         .health
@@ -517,7 +529,9 @@ async fn read_loop(
                         && frame.starts_with(b"-READONLY")
                     {
                         drain_until = Some(tokio::time::Instant::now() + DRAIN_LIMIT);
-                        watch.demoted.notify_one();
+                        if let Some(tx) = watch.demoted.take() {
+                            let _ = tx.send(());
+                        }
                     }
                     let mut cur = match current.take() {
                         Some(c) => c,
