@@ -46,6 +46,7 @@ use crate::resp::reply::Reply;
 use crate::resp::request::{Limits, Parser, Request};
 use crate::state::{ClientEntry, Shared};
 
+mod blocking;
 mod cache;
 mod flush;
 mod tx;
@@ -190,11 +191,18 @@ pub struct Client {
     /// The upstream connection held for this client (WATCH, or a MULTI
     /// spanning batches).
     held: Option<tx::Held>,
+    /// A blocking command to run next.
+    blocked: Option<blocking::Blocked>,
+    /// The slot of this client's last write (cluster): where WAIT goes.
+    last_write_slot: Option<Slot>,
 }
 
 enum Flow {
     Continue,
     Close,
+    /// A blocking command is set up: the connection loop answers what came
+    /// before it, then runs it while watching the client socket.
+    Block,
 }
 
 impl Client {
@@ -239,6 +247,8 @@ impl Client {
             write_buf: BytesMut::new(),
             tx: None,
             held: None,
+            blocked: None,
+            last_write_slot: None,
         }
     }
 
@@ -377,10 +387,9 @@ impl Client {
             Handling::Unsupported(why) => {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
             }
-            Handling::MaybeBlocking if args.iter().any(|a| a.eq_ignore_ascii_case(b"BLOCK")) => {
-                self.local_reply(|r| {
-                    r.error("ERR blocking commands are not supported by sidecache yet")
-                });
+            Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
+            Handling::MaybeBlocking if blocking::has_block_arg(args) => {
+                return self.dispatch_blocking(info, lname, req, inval);
             }
             Handling::Info => self.info(req),
             Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
@@ -429,6 +438,9 @@ impl Client {
                     Ok(_) => self.keys.first().map(|&i| Slot::for_key(&args[i])),
                     Err(_) => None,
                 };
+                if inval.is_some() && slot.is_some() {
+                    self.last_write_slot = slot;
+                }
                 match slot {
                     Some(s) => match self.topo.node_index(s) {
                         Ok(n) => self.forward(n, Some(s), &req.raw),
@@ -442,6 +454,57 @@ impl Client {
             self.pending.push(Pending::Invalidate(inval));
         }
         Flow::Continue
+    }
+
+    /// A blocking command: its node (its keys' slot, which all must share
+    /// on a cluster; WAIT: the master of this client's last write), then
+    /// [`Flow::Block`] so that the connection loop runs it.
+    fn dispatch_blocking(
+        &mut self,
+        info: &crate::cmd::table::CommandInfo,
+        lname: &[u8],
+        req: &Request,
+        inval: Option<Inval>,
+    ) -> Flow {
+        let args = &req.args;
+        let mut slot = None;
+        if self.topo.is_cluster() {
+            if lname == b"wait" || lname == b"waitaof" {
+                slot = self.last_write_slot;
+            } else {
+                self.keys.clear();
+                if info.keys(args, &mut self.keys).is_ok() {
+                    for &i in &self.keys {
+                        let s = Slot::for_key(&args[i]);
+                        match slot {
+                            None => slot = Some(s),
+                            Some(t) if t != s => {
+                                self.local_reply(|r| {
+                                    r.error("CROSSSLOT Keys in request don't hash to the same slot")
+                                });
+                                return Flow::Continue;
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+        let node = match slot {
+            Some(s) => match self.topo.node_index(s) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.slot_error(&e);
+                    return Flow::Continue;
+                }
+            },
+            None => 0,
+        };
+        if inval.is_some() {
+            self.last_write_slot = slot.or(self.last_write_slot);
+        }
+        self.block(req.raw.clone(), lname, node, slot, inval);
+        Flow::Block
     }
 
     fn split(&mut self, kind: Merge, req: &Request) {
@@ -580,9 +643,30 @@ pub async fn serve<S>(
             parser.unauthenticated = !client.st.authenticated;
             match parser.parse(&mut rbuf, &mut req) {
                 Ok(Some(())) => {
-                    if let Flow::Close = client.dispatch(&req).await {
-                        close = true;
-                        break;
+                    match client.dispatch(&req).await {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            close = true;
+                            break;
+                        }
+                        Flow::Block => {
+                            // What came before it is answered first; then
+                            // it blocks, later requests waiting in `rbuf`.
+                            client.flush().await;
+                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                                break 'conn;
+                            }
+                            if let Flow::Close = client
+                                .run_blocking(&mut stream, &mut rbuf, query_limit)
+                                .await
+                            {
+                                break 'conn;
+                            }
+                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                                break 'conn;
+                            }
+                            client.metrics.written(&shared.metrics);
+                        }
                     }
                     if client.pending.len() >= MAX_BATCH || client.batch_bytes >= MAX_BATCH_BYTES {
                         client.flush().await;

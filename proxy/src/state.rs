@@ -31,6 +31,17 @@ pub struct Stats {
     pub protocol_errors: AtomicU64,
     /// Transactions.
     pub tx: TxStats,
+    /// Blocking commands.
+    pub blocking: BlockingStats,
+}
+
+/// Blocking-command counters.
+#[derive(Debug, Default)]
+pub struct BlockingStats {
+    /// Clients blocked now.
+    pub blocked: std::sync::atomic::AtomicUsize,
+    /// Blocked commands unblocked upstream because their client left.
+    pub unblocked_gone: AtomicU64,
 }
 
 /// Transaction counters (EXEC and DISCARD outcomes).

@@ -363,7 +363,7 @@ async fn unsupported_commands_are_refused_clearly() {
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let out = raw(
         &proxy.addr.to_string(),
-        b"BLPOP l 1\r\nSUBSCRIBE c\r\nXREAD BLOCK 10 STREAMS x 0\r\nPING\r\n",
+        b"SUBSCRIBE c\r\nPSUBSCRIBE c*\r\nMONITOR\r\nPING\r\n",
         4,
     )
     .await;

@@ -41,6 +41,8 @@ pub enum Handling {
     MaybeBlocking,
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH: the client's session machinery.
     Transaction,
+    /// Blocks (BLPOP, BZPOPMIN, WAIT, …): runs on a held connection.
+    Blocking,
     /// Needs a dedicated upstream connection; refused with this reason.
     Unsupported(&'static str),
 }
@@ -90,7 +92,6 @@ pub fn write_behind(name: &str) -> bool {
 }
 
 const PUBSUB: &str = "pub/sub subscriptions and MONITOR are not supported by sidecache yet";
-const BLOCKING: &str = "blocking commands are not supported by sidecache yet";
 const REPLICATION: &str = "replication commands cannot be proxied";
 
 /// The handling of a command named `name` (lower case; `container|sub` for
@@ -114,7 +115,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
             | "sunsubscribe" | "monitor",
         ) => Handling::Unsupported(PUBSUB),
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
-        (None, "wait" | "waitaof") => Handling::Unsupported(BLOCKING),
+        (None, "wait" | "waitaof") => Handling::Blocking,
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),
         (Some("script"), "script|kill") | (Some("function"), "function|kill") => Handling::Kill,
         (Some("script"), "script|load" | "script|flush" | "script|exists") => {
@@ -124,7 +125,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
             Some("function"),
             "function|load" | "function|delete" | "function|flush" | "function|restore",
         ) => Handling::FanOut(Merge::First),
-        _ if flags.blocking => Handling::Unsupported(BLOCKING),
+        _ if flags.blocking => Handling::Blocking,
         _ => Handling::Forward,
     }
 }
@@ -146,10 +147,8 @@ mod tests {
             blocking: true,
             ..Flags::default()
         };
-        assert!(matches!(
-            for_command("blpop", None, blocking),
-            Handling::Unsupported(_)
-        ));
+        assert_eq!(for_command("blpop", None, blocking), Handling::Blocking);
+        assert_eq!(for_command("wait", None, f), Handling::Blocking);
         assert_eq!(
             for_command("script|kill", Some("script"), f),
             Handling::Kill

@@ -859,7 +859,7 @@ impl Client {
 
     /// Waits until the writes queued for `node` (and for masters that left
     /// the map) have landed, bounded by `--write-queue-timeout`.
-    async fn wait_writes(
+    pub(super) async fn wait_writes(
         &mut self,
         node: &sidecache_pool::node::Node,
     ) -> Result<(), sidecache_pool::Error> {

@@ -95,6 +95,8 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_slotmap_refreshes_total", C, &[], "Cluster slot-map refreshes (periodic, or asked for after a redirect or a failure)."),
     fam("sidecache_failovers_followed_total", C, &[], "Slot-map refreshes in which a master left the map (failover or resharding followed)."),
     fam("sidecache_transactions_total", C, &["outcome"], "Transactions by outcome: executed, aborted (EXECABORT), watch_failed (nil EXEC), discarded."),
+    fam("sidecache_blocked_clients", G, &[], "Clients blocked now in a blocking command (BLPOP, XREAD BLOCK, WAIT, ...) on a held connection."),
+    fam("sidecache_blocked_unblocked_on_disconnect_total", C, &[], "Blocked commands unblocked upstream (CLIENT UNBLOCK) because their client left."),
     fam("sidecache_session_connections", G, &[], "Upstream connections held by single clients now (WATCH, a MULTI spanning requests)."),
     fam("sidecache_session_connections_max", G, &[], "Most held connections (--max-session-connections)."),
     fam("sidecache_session_connection_waits_total", C, &[], "Clients that waited for a held connection to be released."),
@@ -508,6 +510,19 @@ fn collect_shared(s: &Shared, o: &mut Out) {
             l(c),
         );
     }
+    o.gauge(
+        "sidecache_blocked_clients",
+        &[],
+        s.stats
+            .blocking
+            .blocked
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
+    o.counter(
+        "sidecache_blocked_unblocked_on_disconnect_total",
+        &[],
+        l(&s.stats.blocking.unblocked_gone),
+    );
     let sessions = s.upstream.sessions();
     o.gauge(
         "sidecache_session_connections",

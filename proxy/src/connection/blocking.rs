@@ -1,0 +1,252 @@
+//! Blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN,
+//! BZPOPMAX, BZMPOP, XREAD/XREADGROUP BLOCK, WAIT, WAITAOF) on a held
+//! connection of their own.
+//!
+//! ```text
+//!  client ─BLPOP─▶ earlier replies written ─▶ queued writes for the node land
+//!         ─▶ held connection (bounded pool) ─BLPOP─▶ Redis … blocks …
+//!            meanwhile: the client socket is watched; later pipelined
+//!            commands wait in its buffer, in order
+//!         ◀─ reply ─ connection back to the pool (clean)
+//!  client gone while blocked ─▶ CLIENT UNBLOCK <id> on the node's control
+//!            connection ─▶ held connection closed
+//! ```
+//!
+//! No proxy timeout applies: the command's own timeout is the only one
+//! (0 blocks for ever, as on Redis).
+//!
+//! # Race window
+//! A client that disconnects while blocked is unblocked with
+//! `CLIENT UNBLOCK` (timeout semantics: nothing is popped by it). An element
+//! Redis pops for the command after the client left and before the unblock
+//! lands is lost with the connection, exactly as it is when a client
+//! connected to Redis directly dies at that moment; the window is one
+//! control round trip.
+
+use bytes::{Bytes, BytesMut};
+use sidecache_pool::redirect::{self, Action};
+use sidecache_pool::resp;
+use sidecache_pool::Slot;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{Client, Flow, Inval};
+
+/// A blocking command waiting to run, set by dispatch.
+pub(super) struct Blocked {
+    raw: Bytes,
+    node: usize,
+    slot: Option<Slot>,
+    /// WAIT/WAITAOF: first make this connection's replication offset cover
+    /// every write flushed so far.
+    wait: bool,
+    inval: Option<Inval>,
+}
+
+impl Client {
+    /// Sets up `raw` to run as a blocking command (see [`Client::run_blocking`]).
+    pub(super) fn block(
+        &mut self,
+        raw: Bytes,
+        lname: &[u8],
+        node: usize,
+        slot: Option<Slot>,
+        inval: Option<Inval>,
+    ) {
+        self.blocked = Some(Blocked {
+            raw,
+            node,
+            slot,
+            wait: lname == b"wait" || lname == b"waitaof",
+            inval,
+        });
+    }
+
+    /// Runs the blocking command set by dispatch, watching the client
+    /// socket meanwhile: more requests are buffered in `rbuf` (answered
+    /// after it), an end of stream unblocks it upstream.
+    pub(super) async fn run_blocking<S: AsyncRead + Unpin>(
+        &mut self,
+        stream: &mut S,
+        rbuf: &mut BytesMut,
+        query_limit: usize,
+    ) -> Flow {
+        let Some(b) = self.blocked.take() else {
+            return Flow::Continue;
+        };
+        let stats = &self.shared.stats.blocking;
+        stats
+            .blocked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let flow = self.run_blocked(b, stream, rbuf, query_limit).await;
+        self.shared
+            .stats
+            .blocking
+            .blocked
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        flow
+    }
+
+    async fn run_blocked<S: AsyncRead + Unpin>(
+        &mut self,
+        b: Blocked,
+        stream: &mut S,
+        rbuf: &mut BytesMut,
+        query_limit: usize,
+    ) -> Flow {
+        let up = self.shared.upstream.clone();
+        let mut node = b.node;
+        let mut asking = false;
+        for attempt in 0..=redirect::MAX_REDIRECTS {
+            let Some(n) = self.topo.nodes().get(node).cloned() else {
+                self.blocking_error(&sidecache_pool::Error::SlotUnassigned(0));
+                return Flow::Continue;
+            };
+            if let Err(e) = self.wait_writes(&n).await {
+                self.blocking_error(&e);
+                return Flow::Continue;
+            }
+            let wait = up.write_behind().config().queue_timeout;
+            let mut id_cmd = BytesMut::new();
+            resp::encode_command(&mut id_cmd, &[b"CLIENT".as_slice(), b"ID"]);
+            let (mut conn, ids) = match up
+                .sessions()
+                .hold(
+                    n.addr(),
+                    self.session(),
+                    wait,
+                    &id_cmd,
+                    1,
+                    up.command_timeout(),
+                )
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    self.blocking_error(&e);
+                    return Flow::Continue;
+                }
+            };
+            let id = ids
+                .first()
+                .and_then(|f| resp::Value::decode(f).ok())
+                .and_then(|v| v.as_int());
+            let mut payload = BytesMut::new();
+            let mut count = 1;
+            if b.wait {
+                // WAIT counts replicas that have this connection's last
+                // write; the writes it must cover went on other
+                // connections, so first make one here: a PUBLISH is
+                // replicated and moves the connection's offset past them.
+                resp::encode_command(
+                    &mut payload,
+                    &[b"PUBLISH".as_slice(), b"__sidecache__:wait", b""],
+                );
+                count += 1;
+            }
+            if asking {
+                resp::encode_command(&mut payload, &[b"ASKING"]);
+                count += 1;
+            }
+            payload.extend_from_slice(&b.raw);
+            let outcome = {
+                let call = conn.call(&payload, count, None);
+                tokio::pin!(call);
+                loop {
+                    tokio::select! {
+                        r = &mut call => break Some(r),
+                        r = stream.read_buf(rbuf) => match r {
+                            Ok(0) | Err(_) => break None,
+                            Ok(_) if rbuf.len() > query_limit => break None,
+                            Ok(_) => {}
+                        },
+                    }
+                }
+            };
+            let Some(result) = outcome else {
+                // The client left while blocked: unblock its command
+                // upstream (nothing is popped by the unblock) and close.
+                if let Some(id) = id {
+                    let mut unblock = BytesMut::new();
+                    let mut ib = itoa::Buffer::new();
+                    resp::encode_command(
+                        &mut unblock,
+                        &[b"CLIENT".as_slice(), b"UNBLOCK", ib.format(id).as_bytes()],
+                    );
+                    let _ = n.health().control_call(unblock.freeze()).await;
+                }
+                self.shared
+                    .stats
+                    .blocking
+                    .unblocked_gone
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(conn);
+                return Flow::Close;
+            };
+            let frame = match result {
+                Ok(mut frames) => frames.pop().unwrap_or_default(),
+                Err(e) => {
+                    self.blocking_error(&e);
+                    return Flow::Continue;
+                }
+            };
+            up.sessions().release(conn, true);
+            // Cluster: a slot that moved, or a master that became a
+            // replica while the command was blocked, is followed.
+            if self.topo.is_cluster() && attempt < redirect::MAX_REDIRECTS {
+                match redirect::decide(&frame, attempt) {
+                    Action::Moved { slot, addr } => {
+                        let nd = up.redirect_node(&addr, Some(slot), true);
+                        self.topo = up.topology();
+                        node = self.topo.index_of(nd.addr()).unwrap_or(node);
+                        asking = false;
+                        continue;
+                    }
+                    Action::Ask { addr } => {
+                        let nd = up.redirect_node(&addr, b.slot, false);
+                        self.topo = up.topology();
+                        if let Some(i) = self.topo.index_of(nd.addr()) {
+                            node = i;
+                            asking = true;
+                            continue;
+                        }
+                    }
+                    Action::TryAgain | Action::Done | Action::GiveUp => {}
+                }
+                if frame.starts_with(b"-UNBLOCKED") {
+                    up.request_refresh();
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    self.topo = up.topology();
+                    if let Some(s) = b.slot {
+                        if let Ok(i) = self.topo.node_index(s) {
+                            node = i;
+                        }
+                    }
+                    asking = false;
+                    continue;
+                }
+            }
+            self.wbuf.extend_from_slice(&frame);
+            if let Some(inval) = &b.inval {
+                // Again now that upstream answered: a fill that raced the
+                // pop is discarded.
+                self.apply(inval);
+            }
+            return Flow::Continue;
+        }
+        Flow::Continue
+    }
+
+    fn blocking_error(&mut self, e: &sidecache_pool::Error) {
+        super::flush::upstream_error(&mut self.wbuf, e);
+    }
+}
+
+/// Whether a command with `Handling::MaybeBlocking` blocks (XREAD and
+/// XREADGROUP with a BLOCK option, before STREAMS: what follows STREAMS
+/// are keys and IDs, and a key may be named BLOCK).
+pub(super) fn has_block_arg(args: &[Bytes]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| !a.eq_ignore_ascii_case(b"STREAMS"))
+        .any(|a| a.eq_ignore_ascii_case(b"BLOCK"))
+}

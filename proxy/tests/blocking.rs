@@ -1,0 +1,182 @@
+//! Blocking commands through sidecache against real redis-servers: each
+//! runs on a held connection of its own, with the command's own timeout
+//! (0: for ever), after the client's queued writes, and a client that
+//! leaves while blocked is unblocked upstream so nothing is popped for it.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{enc, info_field, raw, raw_on, Cluster, Proxy, RedisServer};
+use tokio::net::TcpStream;
+
+async fn send(s: &mut TcpStream, lines: &[&str], replies: usize) -> String {
+    let input: String = lines.iter().map(|l| enc(l)).collect();
+    String::from_utf8_lossy(&raw_on(s, input.as_bytes(), replies).await).into_owned()
+}
+
+async fn proxy_info(proxy: &Proxy) -> String {
+    String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await).into_owned()
+}
+
+/// Waits until `field` of INFO proxy is `want`.
+async fn info_becomes(proxy: &Proxy, field: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = proxy_info(proxy).await;
+        if info_field(&info, field) == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{field} never {want}: {info}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blpop_is_woken_by_another_client() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        // Timeout 0: for ever. A PING pipelined behind it waits its turn.
+        let out = send(&mut a, &["BLPOP q 0", "PING"], 2).await;
+        (out, a)
+    });
+    info_becomes(&proxy, "blocked_clients", 1).await;
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(send(&mut b, &["RPUSH q x"], 1).await, ":1\r\n");
+    let (out, mut a) = waiter.await.unwrap();
+    assert_eq!(out, "*2\r\n$1\r\nq\r\n$1\r\nx\r\n+PONG\r\n");
+    // Timeouts are the command's: nil after it (RESP2 and RESP3).
+    let t = Instant::now();
+    assert_eq!(send(&mut a, &["BRPOP q 0.2"], 1).await, "*-1\r\n");
+    assert!(t.elapsed() >= Duration::from_millis(190));
+    send(&mut a, &["HELLO 3"], 1).await;
+    assert_eq!(send(&mut a, &["BLPOP q 0.05"], 1).await, "_\r\n");
+    // Other blocking forms.
+    assert_eq!(send(&mut b, &["ZADD z 1 m"], 1).await, ":1\r\n");
+    assert_eq!(
+        send(&mut b, &["BZPOPMIN z 1"], 1).await,
+        "*3\r\n$1\r\nz\r\n$1\r\nm\r\n$1\r\n1\r\n"
+    );
+    assert_eq!(send(&mut b, &["RPUSH src a"], 1).await, ":1\r\n");
+    assert_eq!(
+        send(
+            &mut b,
+            &["BLMOVE src dst LEFT RIGHT 1", "LRANGE dst 0 -1"],
+            2
+        )
+        .await,
+        "$1\r\na\r\n*1\r\n$1\r\na\r\n"
+    );
+    // WAIT with no replica answers at once.
+    assert_eq!(
+        send(&mut b, &["SET w 1", "WAIT 0 100"], 2).await,
+        "+OK\r\n:0\r\n"
+    );
+    assert_eq!(info_field(&proxy_info(&proxy).await, "blocked_clients"), 0);
+    proxy.stop().await;
+}
+
+/// XREAD BLOCK with `$` sees an entry another client adds through sidecache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xread_block_sees_new_entries() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    assert!(send(&mut a, &["XADD s 1-1 f v"], 1).await.starts_with("$3"));
+    let waiter = tokio::spawn(async move { send(&mut a, &["XREAD BLOCK 0 STREAMS s $"], 1).await });
+    info_becomes(&proxy, "blocked_clients", 1).await;
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(send(&mut b, &["XADD s 2-1 g w"], 1).await, "$3\r\n2-1\r\n");
+    let out = waiter.await.unwrap();
+    assert_eq!(
+        out,
+        "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n2-1\r\n*2\r\n$1\r\ng\r\n$1\r\nw\r\n"
+    );
+    // Without BLOCK it is a plain read.
+    assert!(send(&mut b, &["XREAD STREAMS s 0"], 1)
+        .await
+        .starts_with("*1\r\n"));
+    proxy.stop().await;
+}
+
+/// The client's write-behind writes reach upstream before its blocking
+/// command: the SET below makes the key a string before BLPOP runs.
+#[tokio::test]
+async fn queued_writes_land_before_the_blocking_command() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    let out = send(&mut a, &["SET s 1", "BLPOP s 0.1"], 2).await;
+    assert!(out.starts_with("+OK\r\n-WRONGTYPE"), "{out}");
+    proxy.stop().await;
+}
+
+/// A client killed while blocked: its command is unblocked upstream and its
+/// held connection closed, so an element pushed afterwards stays in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_client_killed_loses_nothing() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    {
+        let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut a, enc("BLPOP jobs 0").as_bytes())
+            .await
+            .unwrap();
+        info_becomes(&proxy, "blocked_clients", 1).await;
+    }
+    // Unblocked and closed within a second.
+    let t = Instant::now();
+    info_becomes(&proxy, "blocked_clients", 0).await;
+    info_becomes(&proxy, "session_connections_in_use", 0).await;
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let list =
+            String::from_utf8_lossy(&raw(&redis.addr(), b"CLIENT LIST\r\n", 1).await).into_owned();
+        if !list.contains("cmd=blpop") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still blocked upstream: {list}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(send(&mut b, &["RPUSH jobs j1"], 1).await, ":1\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(raw(&redis.addr(), b"LLEN jobs\r\n", 1).await, b":1\r\n");
+    assert_eq!(
+        info_field(&proxy_info(&proxy).await, "blocked_unblocked_on_disconnect"),
+        1
+    );
+    proxy.stop().await;
+}
+
+/// Cluster: the keys must share a slot; the command goes to its master and
+/// is woken by a push through sidecache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_blocking_follows_the_slot() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+    let out = send(&mut a, &["BLPOP {a}1 {b}2 0.1"], 1).await;
+    assert!(out.starts_with("-CROSSSLOT"), "{out}");
+    for key in ["{a}q", "{b}q", "{c}q"] {
+        let line = format!("BLPOP {key} 0");
+        let waiter = tokio::spawn(async move { send(&mut a, &[&line], 1).await.len() });
+        info_becomes(&proxy, "blocked_clients", 1).await;
+        let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(
+            send(&mut b, &[&format!("RPUSH {key} x")], 1).await,
+            ":1\r\n"
+        );
+        let len = waiter.await.unwrap();
+        assert_eq!(
+            len,
+            format!("*2\r\n${}\r\n{key}\r\n$1\r\nx\r\n", key.len()).len()
+        );
+        a = TcpStream::connect(proxy.addr).await.unwrap();
+    }
+    proxy.stop().await;
+}
