@@ -181,6 +181,45 @@ impl SessionPool {
         }
     }
 
+    /// Takes a fresh connection to `addr` for a client that keeps it for
+    /// the rest of its life (subscriptions, MONITOR: the two are spliced),
+    /// waiting at most `wait` for room in the pool. Its room is freed when
+    /// the returned halves are dropped.
+    ///
+    /// # Errors
+    /// As [`SessionPool::hold`].
+    pub async fn splice(
+        self: &Arc<Self>,
+        addr: &NodeAddr,
+        session: Session,
+        wait: Duration,
+    ) -> Result<Spliced> {
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(Error::Closed),
+                    Err(_) => {
+                        self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+                        return Err(Error::SessionsExhausted { max: self.max });
+                    }
+                }
+            }
+        };
+        let inner = self.open(addr, session).await?;
+        self.stats.in_use.fetch_add(1, Ordering::Relaxed);
+        Ok(Spliced {
+            rd: inner.rd,
+            wr: inner.wr,
+            _guard: SpliceGuard {
+                _permit: permit,
+                pool: Arc::clone(self),
+            },
+        })
+    }
+
     async fn open(&self, addr: &NodeAddr, session: Session) -> Result<SessionConnInner> {
         let (rd, wr) = self.connector.connect(addr, session).await?;
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
@@ -223,6 +262,32 @@ impl SessionPool {
         if list.len() < IDLE_PER_KEY {
             list.push((inner, Instant::now()));
         }
+    }
+}
+
+/// A held connection given whole to one client (see [`SessionPool::splice`]).
+pub struct Spliced {
+    /// Read half.
+    pub rd: ReadHalf,
+    /// Write half.
+    pub wr: WriteHalf,
+    _guard: SpliceGuard,
+}
+
+impl std::fmt::Debug for Spliced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spliced").finish()
+    }
+}
+
+struct SpliceGuard {
+    _permit: OwnedSemaphorePermit,
+    pool: Arc<SessionPool>,
+}
+
+impl Drop for SpliceGuard {
+    fn drop(&mut self) {
+        self.pool.stats.in_use.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

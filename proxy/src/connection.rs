@@ -49,6 +49,7 @@ use crate::state::{ClientEntry, Shared};
 mod blocking;
 mod cache;
 mod flush;
+mod splice;
 mod tx;
 mod write;
 
@@ -193,6 +194,8 @@ pub struct Client {
     held: Option<tx::Held>,
     /// A blocking command to run next.
     blocked: Option<blocking::Blocked>,
+    /// A splice to start next.
+    spliced: Option<splice::Splice>,
     /// The slot of this client's last write (cluster): where WAIT goes.
     last_write_slot: Option<Slot>,
 }
@@ -203,6 +206,9 @@ enum Flow {
     /// A blocking command is set up: the connection loop answers what came
     /// before it, then runs it while watching the client socket.
     Block,
+    /// SUBSCRIBE/MONITOR: the connection loop answers what came before,
+    /// then splices the client to an upstream connection of its own.
+    Splice,
 }
 
 impl Client {
@@ -248,6 +254,7 @@ impl Client {
             tx: None,
             held: None,
             blocked: None,
+            spliced: None,
             last_write_slot: None,
         }
     }
@@ -388,6 +395,24 @@ impl Client {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
             }
             Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
+            Handling::Splice => {
+                // SSUBSCRIBE goes to its shard channel's owner; SUBSCRIBE,
+                // PSUBSCRIBE (Redis Cluster broadcasts PUBLISH) and MONITOR
+                // to any master.
+                let node = match (cluster && lname == b"ssubscribe", args.get(1)) {
+                    (true, Some(ch)) => match self.topo.node_index(Slot::for_key(ch)) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            self.slot_error(&e);
+                            return Flow::Continue;
+                        }
+                    },
+                    _ => 0,
+                };
+                self.splice_next(req.raw.clone(), node);
+                return Flow::Splice;
+            }
+            Handling::Unsubscribe => self.unsubscribed(lname, args),
             Handling::MaybeBlocking if blocking::has_block_arg(args) => {
                 return self.dispatch_blocking(info, lname, req, inval);
             }
@@ -505,6 +530,36 @@ impl Client {
         }
         self.block(req.raw.clone(), lname, node, slot, inval);
         Flow::Block
+    }
+
+    /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE on a connection subscribed
+    /// to nothing (a subscribed one is spliced): one confirmation per
+    /// channel named, or one with a nil channel, each with a count of 0.
+    fn unsubscribed(&mut self, lname: &[u8], args: &[Bytes]) {
+        let kind = if self.st.proto == Proto::Resp3 {
+            b'>'
+        } else {
+            b'*'
+        };
+        let start = self.scratch.len();
+        let one = |out: &mut BytesMut, ch: Option<&Bytes>| {
+            put_header(out, kind, 3);
+            resp::put_bulk(out, lname);
+            match (ch, self.st.proto) {
+                (Some(c), _) => resp::put_bulk(out, c),
+                (None, Proto::Resp3) => out.extend_from_slice(b"_\r\n"),
+                (None, Proto::Resp2) => out.extend_from_slice(b"$-1\r\n"),
+            }
+            out.extend_from_slice(b":0\r\n");
+        };
+        if args.len() < 2 {
+            one(&mut self.scratch, None);
+        } else {
+            for ch in &args[1..] {
+                one(&mut self.scratch, Some(ch));
+            }
+        }
+        self.pending.push(Pending::Local(start..self.scratch.len()));
     }
 
     fn split(&mut self, kind: Merge, req: &Request) {
@@ -648,6 +703,14 @@ pub async fn serve<S>(
                         Flow::Close => {
                             close = true;
                             break;
+                        }
+                        Flow::Splice => {
+                            client.flush().await;
+                            if write_out(&mut stream, &mut client.wbuf).await.is_ok() {
+                                client.run_splice(&mut stream, &mut rbuf, &shutdown).await;
+                                let _ = write_out(&mut stream, &mut client.wbuf).await;
+                            }
+                            break 'conn;
                         }
                         Flow::Block => {
                             // What came before it is answered first; then

@@ -33,6 +33,19 @@ pub struct Stats {
     pub tx: TxStats,
     /// Blocking commands.
     pub blocking: BlockingStats,
+    /// Spliced connections (subscribers, MONITOR).
+    pub splice: SpliceStats,
+}
+
+/// Spliced-connection counters.
+#[derive(Debug, Default)]
+pub struct SpliceStats {
+    /// Clients spliced to an upstream connection now.
+    pub active: std::sync::atomic::AtomicUsize,
+    /// Splices started.
+    pub total: AtomicU64,
+    /// Splices that ended with an error on either side.
+    pub broken: AtomicU64,
 }
 
 /// Blocking-command counters.

@@ -329,3 +329,52 @@ async fn cluster_transactions_follow_their_slot() {
     }
     proxy.stop().await;
 }
+
+/// A MULTI that no new upstream connection can take (its handshake's
+/// SELECT refused: a script keeps Redis busy) ends as on Redis: MULTI is
+/// accepted, and the EXEC aborts without running anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_during_a_busy_script_aborts_cleanly() {
+    let redis = RedisServer::start(&[]);
+    raw(
+        &redis.addr(),
+        &enc("CONFIG SET lua-time-limit 10").into_bytes(),
+        1,
+    )
+    .await;
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        pipeline(&mut b, &["SELECT 9", "SET xx 1"], 2).await,
+        "+OK\r\n+OK\r\n"
+    );
+    support::drained(&proxy.addr.to_string()).await;
+    // A script that spins until killed, on a connection of its own.
+    let mut a = TcpStream::connect(redis.addr()).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut a,
+        b"*3\r\n$4\r\nEVAL\r\n$17\r\nwhile true do end\r\n$1\r\n0\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pipeline(&mut b, &["MULTI"], 1).await, "+OK\r\n");
+    // Redis would say -BUSY here; sidecache, whose MULTI found no
+    // connection, queues it locally for an EXEC that will abort.
+    let queued = pipeline(&mut b, &["INCR xx"], 1).await;
+    assert!(
+        queued.starts_with("-BUSY") || queued == "+QUEUED\r\n",
+        "{queued}"
+    );
+    assert_eq!(
+        raw(&redis.addr(), &enc("SCRIPT KILL").into_bytes(), 1).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(pipeline(&mut b, &["INCR xx"], 1).await, "+QUEUED\r\n");
+    assert_eq!(
+        pipeline(&mut b, &["EXEC"], 1).await,
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(pipeline(&mut b, &["GET xx"], 1).await, "$1\r\n1\r\n");
+    proxy.stop().await;
+}

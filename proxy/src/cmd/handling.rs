@@ -43,6 +43,12 @@ pub enum Handling {
     Transaction,
     /// Blocks (BLPOP, BZPOPMIN, WAIT, …): runs on a held connection.
     Blocking,
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the client's connection
+    /// is spliced to a held upstream connection of its own from then on.
+    Splice,
+    /// UNSUBSCRIBE and friends on a connection that subscribed to nothing:
+    /// answered locally, as Redis answers them.
+    Unsubscribe,
     /// Needs a dedicated upstream connection; refused with this reason.
     Unsupported(&'static str),
 }
@@ -91,7 +97,6 @@ pub fn write_behind(name: &str) -> bool {
     matches!(name, "set" | "setex" | "psetex" | "mset")
 }
 
-const PUBSUB: &str = "pub/sub subscriptions and MONITOR are not supported by sidecache yet";
 const REPLICATION: &str = "replication commands cannot be proxied";
 
 /// The handling of a command named `name` (lower case; `container|sub` for
@@ -109,11 +114,8 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "info") => Handling::Info,
         (None, "xread" | "xreadgroup") => Handling::MaybeBlocking,
         (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => Handling::Transaction,
-        (
-            None,
-            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
-            | "sunsubscribe" | "monitor",
-        ) => Handling::Unsupported(PUBSUB),
+        (None, "subscribe" | "psubscribe" | "ssubscribe" | "monitor") => Handling::Splice,
+        (None, "unsubscribe" | "punsubscribe" | "sunsubscribe") => Handling::Unsubscribe,
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
         (None, "wait" | "waitaof") => Handling::Blocking,
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),

@@ -66,6 +66,9 @@ pub(super) struct TxBlock {
     on_held: bool,
     /// Commands queued so far (their places in EXEC's array).
     queued: usize,
+    /// Upstream lost the transaction (no connection would take it, or it
+    /// broke): answered locally until its EXEC, which aborts.
+    lost: bool,
     /// Locally answered commands, run at EXEC: (place in EXEC's array,
     /// command, arguments).
     deferred: Vec<(usize, Local, Vec<Bytes>)>,
@@ -435,6 +438,24 @@ impl Client {
         tx.count += 1;
         tx.order.push(None);
         let inval = tx.inval.take();
+        if tx.lost {
+            let start = self.scratch.len();
+            let last = tx.order.len() - 1;
+            for (i, o) in tx.order.iter().enumerate() {
+                match o {
+                    None if i == last && end == End::Exec => self.scratch.put_slice(EXECABORT),
+                    None if i == last => self.scratch.put_slice(b"+OK\r\n"),
+                    None => self.scratch.put_slice(b"+QUEUED\r\n"),
+                    Some(b) => self.scratch.put_slice(b),
+                }
+            }
+            self.pending.push(Pending::Local(start..self.scratch.len()));
+            self.count_tx(end, true, EXECABORT);
+            if let Some(inval) = inval {
+                self.apply(&inval);
+            }
+            return;
+        }
         if self.held.is_some() || tx.on_held {
             self.flush().await;
             let replies = self.held_send(&mut tx).await;
@@ -647,27 +668,61 @@ impl Client {
             self.tx = Some(tx);
             return;
         }
+        if tx.lost {
+            // Answered here to the end: the EXEC aborts.
+            let order = std::mem::take(&mut tx.order);
+            tx.buf.clear();
+            tx.count = 0;
+            for o in &order {
+                match o {
+                    None => self.wbuf.put_slice(b"+QUEUED\r\n"),
+                    Some(b) => self.wbuf.put_slice(b),
+                }
+            }
+            self.tx = Some(tx);
+            return;
+        }
+        let opened = tx.on_held;
         let replies = self.held_send(&mut tx).await;
         let order = std::mem::take(&mut tx.order);
-        let failed = replies.is_err();
-        // Straight to the client buffer: this is the batch's tail.
-        let frames = replies.unwrap_or_else(|e| {
-            let mut b = BytesMut::new();
-            super::flush::upstream_error(&mut b, &e);
-            vec![b.freeze(); order.iter().filter(|o| o.is_none()).count()]
-        });
-        let mut it = frames.into_iter();
-        for o in &order {
-            match o {
-                None => self.wbuf.put_slice(&it.next().unwrap_or_default()),
-                Some(b) => self.wbuf.put_slice(b),
+        match replies {
+            Ok(frames) => {
+                // Straight to the client buffer: this is the batch's tail.
+                let mut it = frames.into_iter();
+                for o in &order {
+                    match o {
+                        None => self.wbuf.put_slice(&it.next().unwrap_or_default()),
+                        Some(b) => self.wbuf.put_slice(b),
+                    }
+                }
             }
-        }
-        if failed {
-            // The MULTI is lost with its connection; the client's EXEC gets
-            // Redis's own "EXEC without MULTI" from a fresh connection.
-            self.end_session(false);
-            return;
+            Err(e) => {
+                // No connection could take the transaction (the handshake
+                // of a new one refused, e.g. BUSY), or it broke: what Redis
+                // would have queued gets the error, a MULTI of this block
+                // its +OK, and the transaction goes on here until its EXEC
+                // aborts, as after any queue-time error.
+                let mut err = BytesMut::new();
+                super::flush::upstream_error(&mut err, &e);
+                let mut first = !opened;
+                for o in &order {
+                    match o {
+                        None if first => {
+                            first = false;
+                            self.wbuf.put_slice(b"+OK\r\n");
+                        }
+                        None => self.wbuf.put_slice(&err),
+                        Some(b) => self.wbuf.put_slice(b),
+                    }
+                }
+                tx.lost = true;
+                tx.dirty = true;
+                tx.buf.clear();
+                tx.count = 0;
+                if let Some(h) = self.held.take() {
+                    self.shared.upstream.sessions().release(h.conn, false);
+                }
+            }
         }
         self.tx = Some(tx);
     }

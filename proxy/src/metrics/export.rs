@@ -95,6 +95,8 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_slotmap_refreshes_total", C, &[], "Cluster slot-map refreshes (periodic, or asked for after a redirect or a failure)."),
     fam("sidecache_failovers_followed_total", C, &[], "Slot-map refreshes in which a master left the map (failover or resharding followed)."),
     fam("sidecache_transactions_total", C, &["outcome"], "Transactions by outcome: executed, aborted (EXECABORT), watch_failed (nil EXEC), discarded."),
+    fam("sidecache_spliced_clients", G, &[], "Clients spliced to an upstream connection of their own (subscribers, MONITOR)."),
+    fam("sidecache_splices_total", C, &[], "Splices started (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR)."),
     fam("sidecache_blocked_clients", G, &[], "Clients blocked now in a blocking command (BLPOP, XREAD BLOCK, WAIT, ...) on a held connection."),
     fam("sidecache_blocked_unblocked_on_disconnect_total", C, &[], "Blocked commands unblocked upstream (CLIENT UNBLOCK) because their client left."),
     fam("sidecache_session_connections", G, &[], "Upstream connections held by single clients now (WATCH, a MULTI spanning requests)."),
@@ -510,6 +512,15 @@ fn collect_shared(s: &Shared, o: &mut Out) {
             l(c),
         );
     }
+    o.gauge(
+        "sidecache_spliced_clients",
+        &[],
+        s.stats
+            .splice
+            .active
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
+    o.counter("sidecache_splices_total", &[], l(&s.stats.splice.total));
     o.gauge(
         "sidecache_blocked_clients",
         &[],
