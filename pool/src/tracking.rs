@@ -251,11 +251,6 @@ impl Channel {
     /// The connection is gone: down first, then clear (see the module doc).
     pub(crate) fn set_down(&self, reason: &str) {
         if self.up.swap(false, Ordering::SeqCst) {
-            self.hub
-                .stats
-                .channel_losses
-                .fetch_add(1, Ordering::Relaxed);
-            warn!(node = %self.addr, reason, "invalidation channel lost; clearing its keys from the L1");
             if let Some(l) = self.hub.listener() {
                 if self.all {
                     l.reset_all();
@@ -263,6 +258,13 @@ impl Channel {
                     l.reset_node(&self.addr);
                 }
             }
+            // Counted once the L1 is cleared: whoever sees the count sees
+            // the cleared L1.
+            self.hub
+                .stats
+                .channel_losses
+                .fetch_add(1, Ordering::Release);
+            warn!(node = %self.addr, reason, "invalidation channel lost; its keys were cleared from the L1");
         }
     }
 

@@ -33,9 +33,11 @@ pub enum Handling {
     Scan,
     /// INFO: a `# Proxy` section plus the upstream's.
     Info,
-    /// SCRIPT KILL / FUNCTION KILL: to every master on its control
-    /// connection (a shared one may be the one blocked behind the running
-    /// script); `+OK` if any master killed one, else its error.
+    /// SCRIPT KILL / FUNCTION KILL, REPLICAOF / SLAVEOF: to every master on
+    /// its control connection, never behind anything (a shared connection
+    /// may be the one blocked behind the running script; REPLICAOF NO ONE
+    /// is what lets writes queued for a demoted server land); `+OK` if any
+    /// master said so, else its error.
     Kill,
     /// XREAD/XREADGROUP: forwarded unless they BLOCK.
     MaybeBlocking,
@@ -120,6 +122,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "wait" | "waitaof") => Handling::Blocking,
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),
         (Some("script"), "script|kill") | (Some("function"), "function|kill") => Handling::Kill,
+        (None, "replicaof" | "slaveof") => Handling::Kill,
         (Some("script"), "script|load" | "script|flush" | "script|exists") => {
             Handling::FanOut(Merge::First)
         }
@@ -159,6 +162,7 @@ mod tests {
             for_command("function|kill", Some("function"), f),
             Handling::Kill
         );
+        assert_eq!(for_command("replicaof", None, f), Handling::Kill);
         assert_eq!(
             for_command("xread", None, blocking),
             Handling::MaybeBlocking
