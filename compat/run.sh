@@ -9,15 +9,14 @@
 # COMPAT_TIMEOUT (seconds per check, default 60).
 set -euo pipefail
 
-# Checks that need what sidecache does not support yet (blocking commands,
-# pub/sub). Through sidecache they are reported EXPECTED-FAIL and not counted;
+# Checks known to fail through sidecache. Through sidecache they are
+# reported EXPECTED-FAIL and not counted;
 # if one passes it is reported XPASS — then move it out of this list.
 # The direct (control) column must pass for every check regardless.
 EXPECTED_FAIL=(
-  rq-cli-worker        # idle `rq worker`: BLMOVE rq:queue:<q> rq:queue:<q>:intermediate LEFT RIGHT 405 -> -ERR blocking …; worker exits
-  celery-worker        # worker start-up (mingle): BRPOP <uuid>.reply.celery.pidbox … 1 -> -ERR blocking …; "Unrecoverable error", exit 1
-  celery-roundtrip     # result backend: SUBSCRIBE celery-task-meta-<id> -> -ERR pub/sub …, raised by .get()
-  bullmq-worker-idle   # idle Worker: BZPOPMIN bull:<q>:marker <s> -> -ERR blocking …; the job is never picked up
+  # (none: every check passes through sidecache since blocking commands and
+  # pub/sub are supported; put a check here, with the refused command, when
+  # one is known to fail)
 )
 
 # name|environment|program and arguments (relative to compat/)
