@@ -312,19 +312,29 @@ impl Client {
     }
 
     /// Dispatches one parsed request.
+    ///
+    /// A transaction open or keys watched go through [`Client::in_session`]
+    /// first (nothing may be answered from the L1 or written behind inside
+    /// MULTI); that check is the caller's, so this future, polled for every
+    /// command, carries no state for it.
+    async fn dispatch_in_session(&mut self, req: &Request) -> Flow {
+        if self.st.authenticated {
+            let mut lower = [0u8; 64];
+            let lname = lowercase(&req.args[0], &mut lower).unwrap_or(b"");
+            if let Some(flow) = self.in_session(lname, req).await {
+                self.commands += 1;
+                self.batch_bytes += req.raw.len();
+                return flow;
+            }
+        }
+        self.dispatch(req).await
+    }
+
+    /// Dispatches one parsed request outside a transaction or WATCH.
     async fn dispatch(&mut self, req: &Request) -> Flow {
         self.commands += 1;
         self.batch_bytes += req.raw.len();
         let args = &req.args;
-        // A transaction open or keys watched: nothing may be answered from
-        // the L1 or written behind inside MULTI.
-        if self.session_active() && self.st.authenticated {
-            let mut lower = [0u8; 64];
-            let lname = lowercase(&args[0], &mut lower).unwrap_or(b"");
-            if let Some(flow) = self.in_session(lname, req).await {
-                return flow;
-            }
-        }
         // The hot path: GET served from the L1 without a table lookup.
         if args.len() == 2
             && self.st.authenticated
@@ -698,7 +708,12 @@ pub async fn serve<S>(
             parser.unauthenticated = !client.st.authenticated;
             match parser.parse(&mut rbuf, &mut req) {
                 Ok(Some(())) => {
-                    match client.dispatch(&req).await {
+                    let flow = if client.session_active() {
+                        client.dispatch_in_session(&req).await
+                    } else {
+                        client.dispatch(&req).await
+                    };
+                    match flow {
                         Flow::Continue => {}
                         Flow::Close => {
                             close = true;
