@@ -180,3 +180,68 @@ async fn cluster_blocking_follows_the_slot() {
     }
     proxy.stop().await;
 }
+
+/// RSS of a process, bytes (Linux `VmRSS`).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// 1,000 clients blocked at once, each on a held connection of its own:
+/// all are served when their lists get an element, and sidecache's memory
+/// per blocked client stays small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_blocked_clients() {
+    const N: usize = 1000;
+    let redis = RedisServer::start(&["--maxclients", "4000"]);
+    let proxy = support::ProxyProcess::start(&redis.url(), &["--max-session-connections", "1100"]);
+    let before = rss(proxy.pid());
+    let mut waiters = Vec::new();
+    for i in 0..N {
+        let addr = proxy.addr();
+        waiters.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            send(&mut s, &[&format!("BLPOP many:{i} 0")], 1).await
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info =
+            String::from_utf8_lossy(&raw(&proxy.addr(), b"INFO proxy\r\n", 1).await).into_owned();
+        if info_field(&info, "blocked_clients") == N as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all blocked: {info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let blocked_rss = rss(proxy.pid());
+    let mut p = TcpStream::connect(proxy.addr()).await.unwrap();
+    let pushes: Vec<String> = (0..N).map(|i| format!("RPUSH many:{i} v")).collect();
+    let lines: Vec<&str> = pushes.iter().map(String::as_str).collect();
+    send(&mut p, &lines, N).await;
+    for (i, w) in waiters.into_iter().enumerate() {
+        let key = format!("many:{i}");
+        assert_eq!(
+            w.await.unwrap(),
+            format!("*2\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len())
+        );
+    }
+    let per_client = blocked_rss.saturating_sub(before) / N as u64;
+    eprintln!(
+        "{N} blocked clients: RSS {} MB -> {} MB, {} bytes per blocked client",
+        before >> 20,
+        blocked_rss >> 20,
+        per_client
+    );
+    // Two sockets, a task and a connection's buffers each.
+    assert!(
+        per_client < 64 * 1024,
+        "{per_client} bytes per blocked client"
+    );
+    proxy.terminate();
+}
