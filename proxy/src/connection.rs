@@ -198,6 +198,9 @@ pub struct Client {
     spliced: Option<splice::Splice>,
     /// The slot of this client's last write (cluster): where WAIT goes.
     last_write_slot: Option<Slot>,
+    /// Pending entries whose replies CLIENT REPLY OFF/SKIP drops (ranges
+    /// of `pending` indexes, in order).
+    silent: Vec<Range<usize>>,
 }
 
 enum Flow {
@@ -230,6 +233,7 @@ impl Client {
             proto: Proto::Resp2,
             authenticated: shared.config.requirepass.is_none(),
             entry,
+            reply: local::ReplyMode::On,
         };
         shared.with_clients(|c| {
             c.insert(id, st.entry.clone());
@@ -256,6 +260,7 @@ impl Client {
             blocked: None,
             spliced: None,
             last_write_slot: None,
+            silent: Vec::new(),
         }
     }
 
@@ -287,6 +292,22 @@ impl Client {
         b.buf.extend_from_slice(cmd);
         b.count += 1;
         (node as u32, (b.count - 1) as u32)
+    }
+
+    /// CLIENT REPLY OFF or SKIP is in force: the replies of the command
+    /// just dispatched (its pending entries from `first`) are dropped.
+    fn silence_from(&mut self, first: usize) {
+        let end = self.pending.len();
+        if first < end {
+            self.silent.push(first..end);
+        }
+        if let local::ReplyMode::Skip(n) = self.st.reply {
+            self.st.reply = if n <= 1 {
+                local::ReplyMode::On
+            } else {
+                local::ReplyMode::Skip(n - 1)
+            };
+        }
     }
 
     /// Appends a block of `count` commands to a node's pipeline as one unit;
@@ -708,11 +729,15 @@ pub async fn serve<S>(
             parser.unauthenticated = !client.st.authenticated;
             match parser.parse(&mut rbuf, &mut req) {
                 Ok(Some(())) => {
+                    let first = client.pending.len();
                     let flow = if client.session_active() {
                         client.dispatch_in_session(&req).await
                     } else {
                         client.dispatch(&req).await
                     };
+                    if client.st.reply != local::ReplyMode::On {
+                        client.silence_from(first);
+                    }
                     match flow {
                         Flow::Continue => {}
                         Flow::Close => {

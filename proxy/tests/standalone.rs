@@ -581,3 +581,27 @@ async fn stalled_upstream_times_out_forwarded_commands() {
     );
     proxy.stop().await;
 }
+
+/// CLIENT REPLY OFF / SKIP / ON drop replies exactly as Redis does.
+#[tokio::test]
+async fn client_reply_off_skip_on() {
+    let redis = RedisServer::start(&[]);
+    let upstream = RedisServer::start(&[]);
+    let proxy = Proxy::start(&upstream.url(), &[]).await;
+    let script = resp(&[
+        &[b"CLIENT", b"REPLY", b"OFF"],
+        &[b"SET", b"a", b"1"],
+        &[b"INCR", b"n"],
+        &[b"GET", b"a"],
+        &[b"CLIENT", b"REPLY", b"ON"],
+        &[b"GET", b"a"],
+        &[b"CLIENT", b"REPLY", b"SKIP"],
+        &[b"INCR", b"n"],
+        &[b"GET", b"n"],
+    ]);
+    // Redis answers 3 of them: REPLY ON, GET a, GET n.
+    let want = raw(&redis.addr(), &script, 3).await;
+    assert_eq!(want, b"+OK\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    assert_eq!(raw(&proxy.addr.to_string(), &script, 3).await, want);
+    proxy.stop().await;
+}

@@ -80,6 +80,22 @@ pub struct ClientState {
     pub authenticated: bool,
     /// Registry entry (CLIENT LIST).
     pub entry: ClientEntry,
+    /// CLIENT REPLY: replies are written (`On`), dropped (`Off`), or
+    /// dropped for this many more commands (`Skip`).
+    pub reply: ReplyMode,
+}
+
+/// The state CLIENT REPLY sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    /// Every reply is written (the default).
+    #[default]
+    On,
+    /// No reply is written until CLIENT REPLY ON.
+    Off,
+    /// The replies of the next this many commands (this one included) are
+    /// dropped.
+    Skip(u8),
 }
 
 /// What the connection does after a local command.
@@ -339,7 +355,25 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 r.error("ERR syntax error");
             }
         }
-        b"reply" if argc == 3 && args[2].eq_ignore_ascii_case(b"on") => r.ok(),
+        b"reply" if argc == 3 => {
+            let mode = &args[2];
+            if mode.eq_ignore_ascii_case(b"on") {
+                st.reply = ReplyMode::On;
+                r.ok();
+            } else if mode.eq_ignore_ascii_case(b"off") {
+                // Its own reply is dropped too.
+                st.reply = ReplyMode::Off;
+                r.ok();
+            } else if mode.eq_ignore_ascii_case(b"skip") {
+                // This command's reply and the next one's.
+                if st.reply == ReplyMode::On {
+                    st.reply = ReplyMode::Skip(2);
+                }
+                r.ok();
+            } else {
+                r.error("ERR syntax error");
+            }
+        }
         b"help" => {
             let lines: [&str; 8] = [
                 "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -360,7 +394,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             wrong(r)
         }
         b"kill" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir"
-        | b"trackinginfo" | b"unblock" | b"reply" => r.error(&format!(
+        | b"trackinginfo" | b"unblock" => r.error(&format!(
             "ERR CLIENT {} is not supported by sidecache",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
         )),

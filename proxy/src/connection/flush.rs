@@ -130,9 +130,16 @@ impl Client {
         // Reply pass.
         let mut errors = 0u64;
         let proto = self.st.proto;
-        for p in pending.drain(..) {
+        let silent = std::mem::take(&mut self.silent);
+        let mut silent_at = silent.iter().peekable();
+        for (i, p) in pending.drain(..).enumerate() {
             let path = p.path();
             let mark = self.wbuf.len();
+            // CLIENT REPLY OFF/SKIP: resolved as any, then not written.
+            while silent_at.peek().is_some_and(|r| r.end <= i) {
+                silent_at.next();
+            }
+            let drop_reply = silent_at.peek().is_some_and(|r| r.contains(&i));
             match p {
                 Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
                 Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
@@ -284,7 +291,13 @@ impl Client {
             if let Some(path) = path {
                 self.metrics.replied(path, &self.wbuf[mark..]);
             }
+            if drop_reply {
+                self.wbuf.truncate(mark);
+            }
         }
+        let mut silent = silent;
+        silent.clear();
+        self.silent = silent;
         self.metrics.resolved();
         self.pending = pending;
         // A MULTI still open: what it collected so far goes to a held
