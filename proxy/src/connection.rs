@@ -387,6 +387,14 @@ impl Client {
             if cmd.changes_session() {
                 self.flush().await;
             }
+            if cmd == Local::Client
+                && args
+                    .get(1)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"unblock"))
+            {
+                self.client_unblock(args).await;
+                return Flow::Continue;
+            }
             let start = self.scratch.len();
             let outcome = local::run(cmd, args, &mut self.st, &self.shared, &mut self.scratch);
             self.pending.push(Pending::Local(start..self.scratch.len()));

@@ -130,6 +130,10 @@ pub struct Shared {
     /// The invalidation channel's state.
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
+    /// Clients blocked now: their node and the upstream id of the held
+    /// connection their command blocks on (for CLIENT UNBLOCK).
+    pub blocked:
+        Mutex<std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::node::Node>, i64)>>,
 }
 
 impl Shared {
@@ -146,6 +150,7 @@ impl Shared {
             started: Instant::now(),
             next_id: AtomicU64::new(1),
             clients: Mutex::new(BTreeMap::new()),
+            blocked: Mutex::default(),
         }
     }
 

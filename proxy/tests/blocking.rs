@@ -20,6 +20,24 @@ async fn proxy_info(proxy: &Proxy) -> String {
     String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await).into_owned()
 }
 
+/// Waits until Redis itself has `want` blocked clients (sidecache counts a
+/// command blocked a moment before Redis has it).
+async fn redis_blocked(redis: &RedisServer, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info =
+            String::from_utf8_lossy(&raw(&redis.addr(), b"INFO clients\r\n", 1).await).into_owned();
+        if info_field(&info, "blocked_clients") == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Redis never had {want} blocked: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits until `field` of INFO proxy is `want`.
 async fn info_becomes(proxy: &Proxy, field: &str, want: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -87,7 +105,7 @@ async fn xread_block_sees_new_entries() {
     let mut a = TcpStream::connect(proxy.addr).await.unwrap();
     assert!(send(&mut a, &["XADD s 1-1 f v"], 1).await.starts_with("$3"));
     let waiter = tokio::spawn(async move { send(&mut a, &["XREAD BLOCK 0 STREAMS s $"], 1).await });
-    info_becomes(&proxy, "blocked_clients", 1).await;
+    redis_blocked(&redis, 1).await;
     let mut b = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(send(&mut b, &["XADD s 2-1 g w"], 1).await, "$3\r\n2-1\r\n");
     let out = waiter.await.unwrap();
@@ -244,4 +262,37 @@ async fn a_thousand_blocked_clients() {
         "{per_client} bytes per blocked client"
     );
     proxy.terminate();
+}
+
+/// CLIENT UNBLOCK with a sidecache client id reaches the held connection
+/// that client blocks on, with TIMEOUT (nil) and ERROR semantics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_unblock_through_sidecache() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+    for (mode, want) in [
+        ("", "*-1\r\n"),
+        (" TIMEOUT", "*-1\r\n"),
+        (
+            " ERROR",
+            "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n",
+        ),
+    ] {
+        let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+        let id = send(&mut a, &["CLIENT ID"], 1).await;
+        let id = id.trim_start_matches(':').trim().to_owned();
+        let waiter = tokio::spawn(async move { send(&mut a, &["BLPOP never 0"], 1).await });
+        redis_blocked(&redis, 1).await;
+        assert_eq!(
+            send(&mut b, &[&format!("CLIENT UNBLOCK {id}{mode}")], 1).await,
+            ":1\r\n"
+        );
+        assert_eq!(waiter.await.unwrap(), want);
+        assert_eq!(
+            send(&mut b, &[&format!("CLIENT UNBLOCK {id}")], 1).await,
+            ":0\r\n"
+        );
+    }
+    proxy.stop().await;
 }

@@ -73,17 +73,7 @@ impl Client {
         let Some(b) = self.blocked.take() else {
             return Flow::Continue;
         };
-        let stats = &self.shared.stats.blocking;
-        stats
-            .blocked
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let flow = self.run_blocked(b, stream, rbuf, query_limit).await;
-        self.shared
-            .stats
-            .blocking
-            .blocked
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        flow
+        self.run_blocked(b, stream, rbuf, query_limit).await
     }
 
     async fn run_blocked<S: AsyncRead + Unpin>(
@@ -148,6 +138,17 @@ impl Client {
                 count += 1;
             }
             payload.extend_from_slice(&b.raw);
+            let me = self.st.id;
+            if let Some(id) = id {
+                self.shared
+                    .blocked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(me, (std::sync::Arc::clone(&n), id));
+            }
+            // Counted once it can be unblocked (CLIENT UNBLOCK finds it).
+            let blocked = &self.shared.stats.blocking.blocked;
+            blocked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let outcome = {
                 let call = conn.call(&payload, count, None);
                 tokio::pin!(call);
@@ -162,6 +163,16 @@ impl Client {
                     }
                 }
             };
+            self.shared
+                .stats
+                .blocking
+                .blocked
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.shared
+                .blocked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&me);
             let Some(result) = outcome else {
                 // The client left while blocked: unblock its command
                 // upstream (nothing is popped by the unblock) and close.
@@ -212,7 +223,11 @@ impl Client {
                     }
                     Action::TryAgain | Action::Done | Action::GiveUp => {}
                 }
-                if frame.starts_with(b"-UNBLOCKED") {
+                // A master demoted while the command blocked (not a
+                // CLIENT UNBLOCK, whose reply goes to the client).
+                if frame.starts_with(b"-UNBLOCKED")
+                    && memchr::memmem::find(&frame, b"instance state changed").is_some()
+                {
                     up.request_refresh();
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     self.topo = up.topology();
@@ -234,6 +249,63 @@ impl Client {
             return Flow::Continue;
         }
         Flow::Continue
+    }
+
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]` for a client of this sidecache:
+    /// sent for the held connection its command blocks on, on the node's
+    /// control connection; `:0` when that client is not blocked.
+    pub(super) async fn client_unblock(&mut self, args: &[Bytes]) {
+        let start = self.scratch.len();
+        let target = args
+            .get(2)
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .and_then(|a| a.parse::<u64>().ok());
+        let mode = args.get(3);
+        let bad_mode = mode.is_some_and(|m| {
+            !m.eq_ignore_ascii_case(b"timeout") && !m.eq_ignore_ascii_case(b"error")
+        });
+        let reply: Bytes = match (target, args.len()) {
+            (_, n) if !(3..=4).contains(&n) => Bytes::from_static(
+                b"-ERR wrong number of arguments for 'client|unblock' command\r\n",
+            ),
+            (None, _) => Bytes::from_static(b"-ERR value is not an integer or out of range\r\n"),
+            _ if bad_mode => {
+                Bytes::from_static(b"-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n")
+            }
+            (Some(t), _) => {
+                let found = self
+                    .shared
+                    .blocked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&t)
+                    .cloned();
+                match found {
+                    None => Bytes::from_static(b":0\r\n"),
+                    Some((node, id)) => {
+                        let mut cmd = BytesMut::new();
+                        let mut ib = itoa::Buffer::new();
+                        let mut parts: Vec<&[u8]> =
+                            vec![b"CLIENT".as_slice(), b"UNBLOCK", ib.format(id).as_bytes()];
+                        if let Some(m) = mode {
+                            parts.push(m);
+                        }
+                        resp::encode_command(&mut cmd, &parts);
+                        match node.health().control_call(cmd.freeze()).await {
+                            Ok(f) => f,
+                            Err(e) => {
+                                let mut b = BytesMut::new();
+                                super::flush::upstream_error(&mut b, &e);
+                                b.freeze()
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        self.scratch.extend_from_slice(&reply);
+        self.pending
+            .push(super::Pending::Local(start..self.scratch.len()));
     }
 
     fn blocking_error(&mut self, e: &sidecache_pool::Error) {
