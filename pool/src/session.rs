@@ -297,7 +297,9 @@ impl SessionConn {
         self.inner.as_ref().map(|c| &c.addr)
     }
 
-    /// Sends `payload` (`n` commands) and reads their `n` replies.
+    /// Sends `payload` (`n` commands) and reads their `n` replies; with an
+    /// empty `payload`, reads `n` replies of commands sent earlier (a
+    /// caller that sent more commands than it read replies for).
     ///
     /// # Errors
     /// [`Error::ConnectionLost`]; [`Error::Timeout`] after `timeout` (the
@@ -339,10 +341,13 @@ impl SessionConn {
             addr: addr.clone(),
             reason,
         };
-        c.wr.write_all(payload)
-            .await
-            .map_err(|e| lost(e.to_string()))?;
-        c.wr.flush().await.map_err(|e| lost(e.to_string()))?;
+        // An empty payload reads the replies of commands sent before.
+        if !payload.is_empty() {
+            c.wr.write_all(payload)
+                .await
+                .map_err(|e| lost(e.to_string()))?;
+            c.wr.flush().await.map_err(|e| lost(e.to_string()))?;
+        }
         let mut replies = Vec::with_capacity(n);
         let mut sc = Scanner::new();
         while replies.len() < n {

@@ -96,31 +96,10 @@ impl Client {
                 return Flow::Continue;
             }
             let wait = up.write_behind().config().queue_timeout;
-            let mut id_cmd = BytesMut::new();
-            resp::encode_command(&mut id_cmd, &[b"CLIENT".as_slice(), b"ID"]);
-            let (mut conn, ids) = match up
-                .sessions()
-                .hold(
-                    n.addr(),
-                    self.session(),
-                    wait,
-                    &id_cmd,
-                    1,
-                    up.command_timeout(),
-                )
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    self.blocking_error(&e);
-                    return Flow::Continue;
-                }
-            };
-            let id = ids
-                .first()
-                .and_then(|f| resp::Value::decode(f).ok())
-                .and_then(|v| v.as_int());
+            // CLIENT ID (for CLIENT UNBLOCK) travels in the same write as
+            // the command: the command reaches Redis a round trip sooner.
             let mut payload = BytesMut::new();
+            resp::encode_command(&mut payload, &[b"CLIENT".as_slice(), b"ID"]);
             let mut count = 1;
             if b.wait {
                 // WAIT counts replicas that have this connection's last
@@ -138,6 +117,28 @@ impl Client {
                 count += 1;
             }
             payload.extend_from_slice(&b.raw);
+            let (mut conn, ids) = match up
+                .sessions()
+                .hold(
+                    n.addr(),
+                    self.session(),
+                    wait,
+                    &payload,
+                    1,
+                    up.command_timeout(),
+                )
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    self.blocking_error(&e);
+                    return Flow::Continue;
+                }
+            };
+            let id = ids
+                .first()
+                .and_then(|f| resp::Value::decode(f).ok())
+                .and_then(|v| v.as_int());
             let me = self.st.id;
             if let Some(id) = id {
                 self.shared
@@ -150,7 +151,8 @@ impl Client {
             let blocked = &self.shared.stats.blocking.blocked;
             blocked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let outcome = {
-                let call = conn.call(&payload, count, None);
+                // The replies after CLIENT ID's, the command's last.
+                let call = conn.call(&[], count, None);
                 tokio::pin!(call);
                 loop {
                     tokio::select! {

@@ -481,6 +481,10 @@ impl Client {
                     return;
                 }
             };
+            // A SELECT, or a sidecache-answered command (CLIENT SETNAME …)
+            // that runs at EXEC: later commands of this batch must see
+            // what EXEC changed, so the block is answered at once.
+            let answer_now = !tx.selects.is_empty() || !tx.deferred.is_empty();
             let selects = !tx.selects.is_empty();
             // The shared connection goes back to its own database after
             // the block (its reply is dropped in the reply pass).
@@ -509,9 +513,7 @@ impl Client {
                 selects: tx.selects,
                 restore,
             })));
-            // A SELECT inside: later commands of this batch must see the
-            // database EXEC switched to, so this block is answered now.
-            if selects {
+            if answer_now {
                 self.flush().await;
             }
         }
