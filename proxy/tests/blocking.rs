@@ -284,6 +284,13 @@ async fn client_unblock_through_sidecache() {
         let id = id.trim_start_matches(':').trim().to_owned();
         let waiter = tokio::spawn(async move { send(&mut a, &["BLPOP never 0"], 1).await });
         redis_blocked(&redis, 1).await;
+        // CLIENT LIST shows it blocked, as Redis does.
+        let list = send(&mut b, &[&format!("CLIENT LIST ID {id}")], 1).await;
+        assert!(
+            list.contains(&format!("id={id} ")) && list.contains(" flags=b "),
+            "{list}"
+        );
+        assert_eq!(list.matches("id=").count(), 1, "one client line: {list}");
         assert_eq!(
             send(&mut b, &[&format!("CLIENT UNBLOCK {id}{mode}")], 1).await,
             ":1\r\n"

@@ -344,8 +344,64 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
         }
         b"info" if argc == 2 => r.verbatim(st.entry.line(st.id).as_bytes()),
         b"list" => {
-            let text =
-                shared.with_clients(|c| c.iter().map(|(id, e)| e.line(*id)).collect::<String>());
+            // CLIENT LIST [TYPE normal] [ID id …]: a blocked client shows
+            // flags=b, as on Redis.
+            let mut ids: Option<Vec<u64>> = None;
+            let mut i = 2;
+            while i < argc {
+                let opt = args[i].to_ascii_lowercase();
+                if opt == b"id" && i + 1 < argc {
+                    let mut v = Vec::new();
+                    for a in &args[i + 1..] {
+                        match std::str::from_utf8(a)
+                            .ok()
+                            .and_then(|a| a.parse::<u64>().ok())
+                        {
+                            Some(id) if id > 0 => v.push(id),
+                            _ => return r.error("ERR Invalid client ID"),
+                        }
+                    }
+                    ids = Some(v);
+                    break;
+                } else if opt == b"type" && i + 1 < argc {
+                    let t = args[i + 1].to_ascii_lowercase();
+                    if !matches!(
+                        &t[..],
+                        b"normal" | b"master" | b"replica" | b"slave" | b"pubsub"
+                    ) {
+                        return r.error(&format!(
+                            "ERR Unknown client type '{}'",
+                            String::from_utf8_lossy(&args[i + 1])
+                        ));
+                    }
+                    if t != b"normal" {
+                        ids = Some(Vec::new());
+                    }
+                    i += 2;
+                } else {
+                    return r.error("ERR syntax error");
+                }
+            }
+            let blocked: Vec<u64> = shared
+                .blocked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .copied()
+                .collect();
+            let text = shared.with_clients(|c| {
+                c.iter()
+                    .filter(|(id, _)| ids.as_ref().is_none_or(|v| v.contains(id)))
+                    .map(|(id, e)| {
+                        let line = e.line(*id);
+                        if blocked.contains(id) {
+                            line.replacen(" flags=N ", " flags=b ", 1)
+                        } else {
+                            line
+                        }
+                    })
+                    .collect::<String>()
+            });
             r.verbatim(text.as_bytes());
         }
         b"no-evict" | b"no-touch" if argc == 3 => {
