@@ -391,7 +391,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 .collect();
             let text = shared.with_clients(|c| {
                 c.iter()
-                    .filter(|(id, _)| ids.as_ref().is_none_or(|v| v.contains(id)))
+                    .filter(|(id, _)| ids.as_ref().map_or(true, |v| v.contains(id)))
                     .map(|(id, e)| {
                         let line = e.line(*id);
                         if blocked.contains(id) {
