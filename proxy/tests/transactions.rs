@@ -378,3 +378,61 @@ async fn multi_during_a_busy_script_aborts_cleanly() {
     assert_eq!(pipeline(&mut b, &["GET xx"], 1).await, "$1\r\n1\r\n");
     proxy.stop().await;
 }
+
+/// Cluster: a transaction sent on a stale slot map is redirected before it
+/// runs (ASK while its slot migrates, MOVED after) and re-run whole on the
+/// key's new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_transaction_follows_ask_and_moved() {
+    use support::cli;
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    let key = "txmove";
+    // Forwarded (not write-behind), so the key is on its master now.
+    assert_eq!(pipeline(&mut s, &["INCRBY txmove 10"], 1).await, ":10\r\n");
+    let slot = sidecache_pool::Slot::for_key(key.as_bytes())
+        .get()
+        .to_string();
+    let src = cluster.node_for(key);
+    let dst = (src + 1) % 3;
+    let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
+    let src_id = cli(sp, &["cluster", "myid"]);
+    let dst_id = cli(dp, &["cluster", "myid"]);
+    assert_eq!(
+        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
+        "OK"
+    );
+    let port = dp.to_string();
+    assert_eq!(
+        cli(
+            sp,
+            &["migrate", "127.0.0.1", &port, "", "0", "5000", "KEYS", key]
+        ),
+        "OK"
+    );
+    assert!(cli(sp, &["incr", key]).starts_with("ASK"));
+    // Mid-migration: the source answers ASK; the block runs on the target.
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "INCR txmove", "EXEC"], 3).await,
+        "+OK\r\n+QUEUED\r\n*1\r\n:11\r\n"
+    );
+    for n in &cluster.nodes {
+        assert_eq!(
+            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
+            "OK"
+        );
+    }
+    assert!(cli(sp, &["incr", key]).starts_with("MOVED"));
+    // After it: MOVED, and the block runs on the new owner.
+    assert_eq!(
+        pipeline(&mut s, &["MULTI", "INCR txmove", "EXEC"], 3).await,
+        "+OK\r\n+QUEUED\r\n*1\r\n:12\r\n"
+    );
+    assert_eq!(cli(dp, &["get", key]), "12");
+    proxy.stop().await;
+}
