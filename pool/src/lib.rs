@@ -16,11 +16,14 @@
 //! - [`node`]: a node's connections per (database, protocol).
 //! - [`topology`]: the slot → node map, replaced whole on refresh.
 //! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
-//! - [`upstream`]: the router tying it together.
+//! - [`upstream`]: the router tying it together; its `slotmap` part reads,
+//!   installs and refreshes the cluster's slot map and keeps the masters
+//!   that left it while their queued writes are re-routed.
 //! - [`session`]: connections held by one client (WATCH, a MULTI spanning
 //!   requests), from a bounded pool.
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
-//!   flushed in pipelined batches, in order, with retries and a drain.
+//!   flushed in pipelined batches, in order, with retries and a drain; its
+//!   `batcher` part sends them.
 //!
 //! Connections are multiplexed rather than checked out of a pool: an
 //! exclusive checkout per command would cap concurrency at the pool size and

@@ -141,20 +141,7 @@ impl SessionPool {
         n: usize,
         timeout: Option<Duration>,
     ) -> Result<(SessionConn, Replies)> {
-        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.waits.fetch_add(1, Ordering::Relaxed);
-                match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(Error::Closed),
-                    Err(_) => {
-                        self.stats.refusals.fetch_add(1, Ordering::Relaxed);
-                        return Err(Error::SessionsExhausted { max: self.max });
-                    }
-                }
-            }
-        };
+        let permit = self.permit(wait).await?;
         let idle = self.take_idle(addr, session);
         let reused = idle.is_some();
         let inner = match idle {
@@ -194,20 +181,7 @@ impl SessionPool {
         session: Session,
         wait: Duration,
     ) -> Result<Spliced> {
-        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.waits.fetch_add(1, Ordering::Relaxed);
-                match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(Error::Closed),
-                    Err(_) => {
-                        self.stats.refusals.fetch_add(1, Ordering::Relaxed);
-                        return Err(Error::SessionsExhausted { max: self.max });
-                    }
-                }
-            }
-        };
+        let permit = self.permit(wait).await?;
         let inner = self.open(addr, session).await?;
         self.stats.in_use.fetch_add(1, Ordering::Relaxed);
         Ok(Spliced {
@@ -218,6 +192,22 @@ impl SessionPool {
                 pool: Arc::clone(self),
             },
         })
+    }
+
+    /// Room for one more held connection, waiting at most `wait`.
+    async fn permit(self: &Arc<Self>, wait: Duration) -> Result<OwnedSemaphorePermit> {
+        if let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
+            return Ok(p);
+        }
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(wait, Arc::clone(&self.permits).acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                self.stats.refusals.fetch_add(1, Ordering::Relaxed);
+                Err(Error::SessionsExhausted { max: self.max })
+            }
+        }
     }
 
     async fn open(&self, addr: &NodeAddr, session: Session) -> Result<SessionConnInner> {

@@ -199,17 +199,6 @@ async fn cluster_blocking_follows_the_slot() {
     proxy.stop().await;
 }
 
-/// RSS of a process, bytes (Linux `VmRSS`).
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
-
 /// 1,000 clients blocked at once, each on a held connection of its own:
 /// all are served when their lists get an element, and sidecache's memory
 /// per blocked client stays small.
@@ -218,7 +207,7 @@ async fn a_thousand_blocked_clients() {
     const N: usize = 1000;
     let redis = RedisServer::start(&["--maxclients", "4000"]);
     let proxy = support::ProxyProcess::start(&redis.url(), &["--max-session-connections", "1100"]);
-    let before = rss(proxy.pid());
+    let before = support::proc_status_bytes(proxy.pid(), "VmRSS");
     let mut waiters = Vec::new();
     for i in 0..N {
         let addr = proxy.addr();
@@ -237,7 +226,7 @@ async fn a_thousand_blocked_clients() {
         assert!(Instant::now() < deadline, "not all blocked: {info}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let blocked_rss = rss(proxy.pid());
+    let blocked_rss = support::proc_status_bytes(proxy.pid(), "VmRSS");
     let mut p = TcpStream::connect(proxy.addr()).await.unwrap();
     let pushes: Vec<String> = (0..N).map(|i| format!("RPUSH many:{i} v")).collect();
     let lines: Vec<&str> = pushes.iter().map(String::as_str).collect();

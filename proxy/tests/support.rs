@@ -636,3 +636,15 @@ pub async fn writer(
         }
     }
 }
+
+/// A memory figure of a process from `/proc/PID/status`, in bytes
+/// (`VmRSS`: resident now, `VmHWM`: peak resident).
+pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{field} missing in /proc/{pid}/status"))
+        * 1024
+}

@@ -608,17 +608,6 @@ async fn permanently_failed_write_is_counted_and_uncached() {
     proxy.stop().await;
 }
 
-/// Peak resident memory of a process, bytes (Linux `VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
-        * 1024
-}
-
 /// A stalled upstream (SIGSTOP) under writers of 4 KB values: the queue
 /// stops at `--write-queue-max-bytes` (not at its 100000-write count, which
 /// would be 400 MB), writers wait and then get the error naming the bound,
@@ -638,7 +627,7 @@ async fn stalled_upstream_bounds_memory_in_bytes() {
             "1",
         ],
     );
-    let before = peak_rss(proxy.pid());
+    let before = support::proc_status_bytes(proxy.pid(), "VmHWM");
     redis.signal("STOP");
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -701,7 +690,7 @@ async fn stalled_upstream_bounds_memory_in_bytes() {
     }
     let info =
         String::from_utf8_lossy(&raw(&proxy.addr(), b"INFO writebehind\r\n", 1).await).into_owned();
-    let peak = peak_rss(proxy.pid());
+    let peak = support::proc_status_bytes(proxy.pid(), "VmHWM");
     redis.signal("CONT");
     let queued_bytes = info_field(&info, "write_queue_bytes");
     assert!(queued_bytes <= 16 << 20, "{info}");

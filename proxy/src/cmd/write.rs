@@ -144,7 +144,8 @@ const OWN_ALLOCATION: usize = 2 * 1024;
 /// The connection buffer's chunk, shared by the small commands in it.
 const SHARED_CHUNK: usize = 8 * 1024;
 
-/// Encodes the upstream command for some of a plan's pairs.
+/// Encodes the upstream command for some of a plan's pairs; `need` is
+/// their [`encoded_bound`].
 /// Small commands are encoded into `buf` (a per-connection buffer: the
 /// commands of many writes share its allocations) and split off; a large
 /// one gets an allocation of exactly its size. A queued command keeps its
@@ -155,9 +156,9 @@ pub fn encode(
     plan: &WritePlan,
     args: &[Bytes],
     pairs: &[(usize, usize)],
+    need: usize,
     buf: &mut BytesMut,
 ) -> Bytes {
-    let need = encoded_bound(args, pairs);
     if need >= OWN_ALLOCATION {
         let mut own = BytesMut::with_capacity(need);
         encode_into(plan, args, pairs, &mut own);
@@ -290,7 +291,13 @@ mod tests {
     fn rewrites_to_absolute_expiry() {
         let a = args("SET k v EX 10");
         let plan = p("SET k v EX 10").expect("planned");
-        let cmd = encode(&plan, &a, &plan.pairs, &mut BytesMut::new());
+        let cmd = encode(
+            &plan,
+            &a,
+            &plan.pairs,
+            encoded_bound(&a, &plan.pairs),
+            &mut BytesMut::new(),
+        );
         assert_eq!(
             &cmd[..],
             format!(
@@ -301,7 +308,13 @@ mod tests {
         );
         let a = args("MSET a 1 b 2");
         let plan = p("MSET a 1 b 2").expect("planned");
-        let cmd = encode(&plan, &a, &plan.pairs[1..], &mut BytesMut::new());
+        let cmd = encode(
+            &plan,
+            &a,
+            &plan.pairs[1..],
+            encoded_bound(&a, &plan.pairs[1..]),
+            &mut BytesMut::new(),
+        );
         assert_eq!(&cmd[..], b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n");
     }
 }

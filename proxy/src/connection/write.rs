@@ -75,11 +75,10 @@ impl Client {
             _ => wb.config().queue_timeout,
         };
         for (_, _, pairs) in &groups {
-            match wb
-                .reserve_within(wait, write::encoded_bound(args, pairs))
-                .await
-            {
-                Ok(p) => permits.push(p),
+            // Sized once: the room taken, and the encoding's buffer.
+            let need = write::encoded_bound(args, pairs);
+            match wb.reserve_within(wait, need).await {
+                Ok(p) => permits.push((p, need)),
                 // Larger than the whole queue: sent through instead, after
                 // the writes queued before it (as any forwarded command).
                 Err(sidecache_pool::Error::TooLargeToQueue { .. }) => return false,
@@ -106,8 +105,8 @@ impl Client {
             }
         }
         let db = self.st.db;
-        for ((node, slot, pairs), permit) in groups.into_iter().zip(permits) {
-            let cmd = write::encode(&plan, args, &pairs, &mut self.write_buf);
+        for ((node, slot, pairs), (permit, need)) in groups.into_iter().zip(permits) {
+            let cmd = write::encode(&plan, args, &pairs, need, &mut self.write_buf);
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };

@@ -1,0 +1,512 @@
+//! Running what a transaction collected: the block on a shared connection
+//! (answered in the reply pass) or on the held connection, WATCH and
+//! UNWATCH there, the replies in the client's order (with the answers
+//! sidecache gives itself put in place), and the re-run of a block a
+//! cluster redirected before it ran. The collecting is in the parent.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use sidecache_pool::redirect::{self, Action};
+use sidecache_pool::resp;
+use sidecache_pool::Slot;
+
+use super::{End, Held, TxBlock, TxPending, EXECABORT};
+use crate::cmd::local::{self, Local};
+use crate::connection::{Client, Pending};
+use crate::resp::request::Request;
+
+impl Client {
+    /// EXEC or DISCARD closes the block: on a shared connection when
+    /// nothing is held (answered in the reply pass), on the held one
+    /// otherwise.
+    pub(super) async fn finish_tx(&mut self, req: &Request, end: End) {
+        let Some(mut tx) = self.tx.take() else { return };
+        // A locally refused command: run nothing (DISCARD), answer
+        // EXECABORT as Redis would.
+        if end == End::Exec && tx.dirty {
+            let mut discard = BytesMut::new();
+            resp::encode_command(&mut discard, &[b"DISCARD"]);
+            tx.buf.extend_from_slice(&discard);
+        } else {
+            tx.buf.extend_from_slice(&req.raw);
+        }
+        tx.count += 1;
+        tx.order.push(None);
+        let inval = tx.inval.take();
+        if tx.lost {
+            let start = self.scratch.len();
+            let last = tx.order.len() - 1;
+            for (i, o) in tx.order.iter().enumerate() {
+                match o {
+                    None if i == last && end == End::Exec => self.scratch.put_slice(EXECABORT),
+                    None if i == last => self.scratch.put_slice(b"+OK\r\n"),
+                    None => self.scratch.put_slice(b"+QUEUED\r\n"),
+                    Some(b) => self.scratch.put_slice(b),
+                }
+            }
+            self.pending.push(Pending::Local(start..self.scratch.len()));
+            self.count_tx(end, true, EXECABORT);
+            if let Some(inval) = inval {
+                self.apply(&inval);
+            }
+            return;
+        }
+        if self.held.is_some() || tx.on_held {
+            self.flush().await;
+            let replies = self.held_send(&mut tx).await;
+            let start = self.scratch.len();
+            if !tx.selects.is_empty() {
+                if let Some(h) = self.held.as_mut() {
+                    h.session_changed = true;
+                }
+            }
+            let replies = replies.map(|f| self.run_deferred(f, end, &tx.deferred, &tx.selects));
+            let ok = self.write_tx_replies(&tx.order, replies, end, tx.dirty, true);
+            self.pending.push(Pending::Local(start..self.scratch.len()));
+            // EXEC and DISCARD both unwatch: the connection is clean again.
+            if let Some(h) = self.held.as_mut() {
+                h.watching = false;
+            }
+            self.end_session(ok);
+        } else {
+            let node = match self.tx_node(tx.slot) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.slot_error(&e);
+                    return;
+                }
+            };
+            // A SELECT, or a sidecache-answered command (CLIENT SETNAME …)
+            // that runs at EXEC: later commands of this batch must see
+            // what EXEC changed, so the block is answered at once.
+            let answer_now = !tx.selects.is_empty() || !tx.deferred.is_empty();
+            let selects = !tx.selects.is_empty();
+            // The shared connection goes back to its own database after
+            // the block (its reply is dropped in the reply pass).
+            let mut restore = false;
+            if selects {
+                let mut b = itoa::Buffer::new();
+                resp::encode_command(
+                    &mut tx.buf,
+                    &[b"SELECT".as_slice(), b.format(self.st.db).as_bytes()],
+                );
+                tx.count += 1;
+                restore = true;
+            }
+            let block = tx.buf.split().freeze();
+            let (node, idx) = self.enqueue_block(node, &block, tx.count);
+            self.pending.push(Pending::Tx(Box::new(TxPending {
+                node,
+                idx,
+                count: tx.count,
+                order: tx.order,
+                slot: tx.slot,
+                block,
+                end,
+                dirty: tx.dirty,
+                deferred: tx.deferred,
+                selects: tx.selects,
+                restore,
+            })));
+            if answer_now {
+                self.flush().await;
+            }
+        }
+        if end == End::Exec {
+            if let Some(inval) = inval {
+                self.apply(&inval);
+                self.pending.push(Pending::Invalidate(inval));
+            }
+        }
+    }
+
+    /// WATCH outside MULTI with nothing held: take a held connection on the
+    /// keys' node, after the writes queued for it have landed (so this
+    /// client's own earlier writes cannot fail its WATCH later).
+    pub(super) async fn watch(&mut self, req: &Request) {
+        self.flush().await;
+        let slot = if self.topo.is_cluster() {
+            let shared = std::sync::Arc::clone(&self.shared);
+            shared.table.lookup(&req.args).and_then(|info| {
+                self.keys.clear();
+                info.keys(&req.args, &mut self.keys).ok()?;
+                self.keys.first().map(|&i| Slot::for_key(&req.args[i]))
+            })
+        } else {
+            None
+        };
+        let node = match self.tx_node(slot) {
+            Ok(n) => n,
+            Err(e) => {
+                self.slot_error(&e);
+                return;
+            }
+        };
+        let Some(n) = self.topo.nodes().get(node).cloned() else {
+            return self.tx_local_error("ERR upstream topology changed, retry");
+        };
+        if let Err(e) = self.wait_writes(&n).await {
+            return self.tx_upstream_error(&e);
+        }
+        let up = &self.shared.upstream;
+        let wait = self.shared.upstream.write_behind().config().queue_timeout;
+        match up
+            .sessions()
+            .hold(
+                n.addr(),
+                self.session(),
+                wait,
+                &req.raw,
+                1,
+                up.command_timeout(),
+            )
+            .await
+        {
+            Ok((conn, mut replies)) => {
+                let frame = replies.pop().unwrap_or_default();
+                let ok = frame.first() == Some(&b'+');
+                let start = self.scratch.len();
+                self.scratch.put_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                let held = Held {
+                    conn,
+                    node,
+                    watching: ok,
+                    slot,
+                    session_changed: false,
+                };
+                if ok {
+                    self.held = Some(held);
+                } else {
+                    self.shared.upstream.sessions().release(held.conn, true);
+                }
+            }
+            Err(e) => self.tx_upstream_error(&e),
+        }
+    }
+
+    /// WATCH, UNWATCH (or a stray EXEC/DISCARD) on the held connection.
+    pub(super) async fn held_call(&mut self, req: &Request) {
+        self.flush().await;
+        let timeout = self.shared.upstream.command_timeout();
+        let Some(h) = self.held.as_mut() else { return };
+        let r = h.conn.call(&req.raw, 1, timeout).await;
+        match r {
+            Ok(mut replies) => {
+                let frame = replies.pop().unwrap_or_default();
+                let start = self.scratch.len();
+                self.scratch.put_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                // UNWATCH ends the watches; a stray EXEC or DISCARD (no
+                // MULTI) is an error that leaves them in place.
+                if req.args[0].eq_ignore_ascii_case(b"unwatch") && frame.first() == Some(&b'+') {
+                    if let Some(h) = self.held.as_mut() {
+                        h.watching = false;
+                    }
+                    self.end_session(true);
+                }
+            }
+            Err(e) => {
+                self.tx_upstream_error(&e);
+                self.end_session(false);
+            }
+        }
+    }
+
+    /// Sends what the open transaction has collected on the held
+    /// connection (taking one first if needed); its replies, or the error
+    /// for every one of them.
+    async fn held_send(&mut self, tx: &mut TxBlock) -> Result<Vec<Bytes>, sidecache_pool::Error> {
+        let payload = tx.buf.split().freeze();
+        let n = std::mem::take(&mut tx.count);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let up = self.shared.upstream.clone();
+        let timeout = up.command_timeout();
+        if self.held.is_none() {
+            let node = self.tx_node(tx.slot)?;
+            let Some(nd) = self.topo.nodes().get(node).cloned() else {
+                return Err(sidecache_pool::Error::SlotUnassigned(0));
+            };
+            self.wait_writes(&nd).await?;
+            let wait = up.write_behind().config().queue_timeout;
+            let (conn, replies) = up
+                .sessions()
+                .hold(nd.addr(), self.session(), wait, &payload, n, timeout)
+                .await?;
+            self.held = Some(Held {
+                conn,
+                node,
+                watching: false,
+                slot: tx.slot,
+                session_changed: false,
+            });
+            tx.on_held = true;
+            return Ok(replies);
+        }
+        let node = self.held.as_ref().map_or(0, |h| h.node);
+        if let Some(nd) = self.topo.nodes().get(node).cloned() {
+            self.wait_writes(&nd).await?;
+        }
+        let Some(h) = self.held.as_mut() else {
+            return Err(sidecache_pool::Error::Closed);
+        };
+        tx.on_held = true;
+        h.conn.call(&payload, n, timeout).await
+    }
+
+    /// At the end of a batch with a MULTI still open: what it collected goes
+    /// to a held connection now (its client waits for those replies), and
+    /// the rest of the transaction follows there.
+    pub(in crate::connection) async fn flush_open_tx(&mut self) {
+        let Some(mut tx) = self.tx.take() else { return };
+        if tx.order.is_empty() {
+            self.tx = Some(tx);
+            return;
+        }
+        if tx.lost {
+            // Answered here to the end: the EXEC aborts.
+            let order = std::mem::take(&mut tx.order);
+            tx.buf.clear();
+            tx.count = 0;
+            for o in &order {
+                match o {
+                    None => self.wbuf.put_slice(b"+QUEUED\r\n"),
+                    Some(b) => self.wbuf.put_slice(b),
+                }
+            }
+            self.tx = Some(tx);
+            return;
+        }
+        let opened = tx.on_held;
+        let replies = self.held_send(&mut tx).await;
+        let order = std::mem::take(&mut tx.order);
+        match replies {
+            Ok(frames) => {
+                // Straight to the client buffer: this is the batch's tail.
+                let mut it = frames.into_iter();
+                for o in &order {
+                    match o {
+                        None => self.wbuf.put_slice(&it.next().unwrap_or_default()),
+                        Some(b) => self.wbuf.put_slice(b),
+                    }
+                }
+            }
+            Err(e) => {
+                // No connection could take the transaction (the handshake
+                // of a new one refused, e.g. BUSY), or it broke: what Redis
+                // would have queued gets the error, a MULTI of this block
+                // its +OK, and the transaction goes on here until its EXEC
+                // aborts, as after any queue-time error.
+                let mut err = BytesMut::new();
+                crate::connection::flush::upstream_error(&mut err, &e);
+                let mut first = !opened;
+                for o in &order {
+                    match o {
+                        None if first => {
+                            first = false;
+                            self.wbuf.put_slice(b"+OK\r\n");
+                        }
+                        None => self.wbuf.put_slice(&err),
+                        Some(b) => self.wbuf.put_slice(b),
+                    }
+                }
+                tx.lost = true;
+                tx.dirty = true;
+                tx.buf.clear();
+                tx.count = 0;
+                if let Some(h) = self.held.take() {
+                    self.shared.upstream.sessions().release(h.conn, false);
+                }
+            }
+        }
+        self.tx = Some(tx);
+    }
+
+    /// Writes a finished block's replies (into `scratch` when `local`, else
+    /// the client buffer); returns whether it ended cleanly (the held
+    /// connection may be reused).
+    fn write_tx_replies(
+        &mut self,
+        order: &[Option<Bytes>],
+        replies: Result<Vec<Bytes>, sidecache_pool::Error>,
+        end: End,
+        dirty: bool,
+        local: bool,
+    ) -> bool {
+        let n_up = order.iter().filter(|o| o.is_none()).count();
+        let (frames, ok) = match replies {
+            Ok(f) if f.len() == n_up => (f, true),
+            Ok(_) => (
+                vec![Bytes::from_static(b"-ERR upstream reply missing\r\n"); n_up],
+                false,
+            ),
+            Err(e) => {
+                let mut b = BytesMut::new();
+                crate::connection::flush::upstream_error(&mut b, &e);
+                (vec![b.freeze(); n_up], false)
+            }
+        };
+        if let Some(last) = frames.last() {
+            self.count_tx(end, dirty, last);
+        }
+        let mut out = BytesMut::new();
+        let mut up = 0usize;
+        for o in order {
+            match o {
+                None => {
+                    up += 1;
+                    if up == n_up && end == End::Exec && dirty && ok {
+                        out.put_slice(EXECABORT);
+                    } else {
+                        out.put_slice(&frames[up - 1]);
+                    }
+                }
+                Some(b) => out.put_slice(b),
+            }
+        }
+        if local {
+            self.scratch.put_slice(&out);
+        } else {
+            self.wbuf.put_slice(&out);
+        }
+        ok
+    }
+
+    fn count_tx(&self, end: End, dirty: bool, last: &[u8]) {
+        let t = &self.shared.stats.tx;
+        let c = match end {
+            End::Discard => &t.discarded,
+            End::Exec if dirty || last.starts_with(b"-EXECABORT") => &t.aborted,
+            End::Exec if last == b"*-1\r\n" || last == b"_\r\n" => &t.watch_failed,
+            End::Exec if last.first() == Some(&b'*') => &t.executed,
+            End::Exec => &t.aborted,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers a shared-connection block in the reply pass: Redis's replies
+    /// in order, re-run whole on the slot's new owner when the cluster
+    /// redirected it before anything ran (no WATCH is involved here).
+    pub(in crate::connection) async fn reply_tx(&mut self, t: TxPending) {
+        let mut frames = Vec::with_capacity(t.count);
+        let mut failed = None;
+        for k in 0..t.count {
+            match self.take_frame(t.node, t.idx + k as u32) {
+                Ok(f) => frames.push(f),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut replies = match failed {
+            Some(e) => Err(e),
+            None => Ok(frames),
+        };
+        if self.topo.is_cluster() && t.end == End::Exec && !t.dirty {
+            for attempt in 0..redirect::MAX_REDIRECTS {
+                let Ok(frames) = &replies else { break };
+                let Some(action) = frames
+                    .iter()
+                    .map(|f| redirect::decide(f, attempt))
+                    .find(|a| matches!(a, Action::Moved { .. } | Action::Ask { .. }))
+                else {
+                    break;
+                };
+                self.shared.metrics.note_redirect(match &action {
+                    Action::Moved { .. } => b"-MOVED ",
+                    _ => b"-ASK ",
+                });
+                replies = self.rerun_block(&action, &t.block, t.count, t.slot).await;
+            }
+        }
+        let replies = replies.map(|mut f| {
+            if t.restore {
+                f.pop();
+            }
+            self.run_deferred(f, t.end, &t.deferred, &t.selects)
+        });
+        self.write_tx_replies(&t.order, replies, t.end, t.dirty, false);
+    }
+
+    /// Puts the replies of locally answered commands, run now (at EXEC,
+    /// as Redis runs them), in their places in EXEC's array.
+    fn run_deferred(
+        &mut self,
+        mut frames: Vec<Bytes>,
+        end: End,
+        deferred: &[(usize, Local, Vec<Bytes>)],
+        selects: &[(usize, Vec<Bytes>)],
+    ) -> Vec<Bytes> {
+        if end != End::Exec || (deferred.is_empty() && selects.is_empty()) {
+            return frames;
+        }
+        let Some(last) = frames.pop() else {
+            return frames;
+        };
+        let Ok(Some(mut items)) = resp::array_elements(&last) else {
+            frames.push(last);
+            return frames;
+        };
+        for (at, cmd, args) in deferred {
+            let mut out = BytesMut::new();
+            local::run(*cmd, args, &mut self.st, &self.shared, &mut out);
+            if let Some(item) = items.get_mut(*at) {
+                *item = out.freeze();
+            }
+        }
+        // A SELECT that ran moves the client to its database.
+        for (at, args) in selects {
+            if items.get(*at).is_some_and(|i| i.first() == Some(&b'+')) {
+                let mut out = BytesMut::new();
+                local::run(Local::Select, args, &mut self.st, &self.shared, &mut out);
+            }
+        }
+        if deferred.is_empty() {
+            frames.push(last);
+            return frames;
+        }
+        let mut array = BytesMut::new();
+        resp::put_header(&mut array, b'*', items.len() as i64);
+        for i in &items {
+            array.put_slice(i);
+        }
+        frames.push(array.freeze());
+        frames
+    }
+
+    async fn rerun_block(
+        &mut self,
+        action: &Action,
+        block: &Bytes,
+        count: usize,
+        slot: Option<Slot>,
+    ) -> Result<Vec<Bytes>, sidecache_pool::Error> {
+        let up = self.shared.upstream.clone();
+        let (addr, asking) = match action {
+            Action::Moved { addr, .. } => (addr.clone(), false),
+            Action::Ask { addr } => (addr.clone(), true),
+            _ => return Err(sidecache_pool::Error::Closed),
+        };
+        if !asking {
+            up.request_refresh();
+        }
+        let node = up.redirect_node(&addr, slot, !asking);
+        let mut payload = BytesMut::with_capacity(block.len() + 20);
+        if asking {
+            resp::encode_command(&mut payload, &[b"ASKING"]);
+        }
+        payload.extend_from_slice(block);
+        let n = count + usize::from(asking);
+        let mut r = up
+            .call(&node, self.session(), self.hint(), payload.freeze(), n)
+            .await?;
+        if asking && !r.is_empty() {
+            r.remove(0);
+        }
+        Ok(r)
+    }
+}
