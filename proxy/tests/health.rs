@@ -9,99 +9,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser as _;
-use sidecache::metrics::export::Exporter;
-use support::{raw, raw_on, RedisServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{http_get, raw, raw_on, Observed, RedisServer};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
-
-/// The proxy in-process with its HTTP endpoint on a free port.
-struct Observed {
-    addr: String,
-    http: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    http_stop: CancellationToken,
-}
-
-impl Observed {
-    async fn start(upstream: &str, extra: &[&str]) -> Observed {
-        let mut args: Vec<String> = [
-            "sidecache",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--upstream",
-            upstream,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let config =
-            sidecache::Config::from_options(sidecache::Options::try_parse_from(&args).unwrap())
-                .unwrap();
-        let listeners = sidecache::Listeners::bind(&config).await.unwrap();
-        let addr = listeners.local_addr().unwrap().to_string();
-        let http_listener = tokio::net::TcpListener::bind(config.metrics_listen.unwrap())
-            .await
-            .unwrap();
-        let http = http_listener.local_addr().unwrap().to_string();
-        let exporter = Arc::new(Exporter::new());
-        let http_stop = CancellationToken::new();
-        tokio::spawn(sidecache::http::serve(
-            http_listener,
-            Arc::clone(&exporter),
-            http_stop.clone(),
-        ));
-        let shared = sidecache::prepare(config).await.unwrap();
-        exporter.attach(&shared);
-        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(sidecache::run(listeners, shared, async move {
-            let _ = rx.await;
-        }));
-        Observed {
-            addr,
-            http,
-            stop: Some(stop),
-            http_stop,
-        }
-    }
-}
-
-impl Drop for Observed {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.http_stop.cancel();
-    }
-}
-
-/// A plain HTTP/1.1 GET: (status, body).
-async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
-    )
-}
 
 /// One command in RESP (arguments may hold spaces).
 fn resp(args: &[&str]) -> Vec<u8> {
@@ -153,14 +65,14 @@ async fn pong_again(addr: &str) {
 /// The busy part of Redis's test, for a script started by `start` and
 /// ended by `kill`, which `killer` sends (a connection of its own).
 async fn busy_then_killed(proxy: &Observed, redis: &RedisServer, start: &[&str], kill: &[&str]) {
-    let mut script = deferred(&proxy.addr, start).await;
+    let mut script = deferred(&proxy.addr.to_string(), start).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let ping = call(&proxy.addr, &["PING"]).await;
+    let ping = call(&proxy.addr.to_string(), &["PING"]).await;
     assert!(ping.starts_with("-BUSY"), "PING while busy: {ping:?}");
     // PING with a message, and from a RESP3 client: Redis's error too.
-    let ping = call(&proxy.addr, &["PING", "hello"]).await;
+    let ping = call(&proxy.addr.to_string(), &["PING", "hello"]).await;
     assert!(ping.starts_with("-BUSY"), "PING msg while busy: {ping:?}");
-    let mut r3 = TcpStream::connect(&proxy.addr).await.unwrap();
+    let mut r3 = TcpStream::connect(&proxy.addr.to_string()).await.unwrap();
     let out = raw_on(
         &mut r3,
         &[resp(&["HELLO", "3"]), resp(&["PING"])].concat(),
@@ -169,28 +81,34 @@ async fn busy_then_killed(proxy: &Observed, redis: &RedisServer, start: &[&str],
     .await;
     let out = String::from_utf8_lossy(&out);
     assert!(out.contains("\r\n-BUSY"), "RESP3 PING while busy: {out:?}");
-    let body = readyz_until(&proxy.http, 503).await;
+    let body = readyz_until(&proxy.http.to_string(), 503).await;
     assert!(
         body.starts_with(&format!("upstream {} busy: BUSY", redis.addr())),
         "/readyz while busy: {body:?}"
     );
     assert_eq!(body.lines().count(), 1, "{body:?}");
-    let killed = call(&proxy.addr, kill).await;
+    let killed = call(&proxy.addr.to_string(), kill).await;
     assert_eq!(killed, "+OK\r\n", "{kill:?}");
     // The script's client gets the script's error.
     let out = raw_on(&mut script, b"", 1).await;
     assert!(out.starts_with(b"-"), "{:?}", String::from_utf8_lossy(&out));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    pong_again(&proxy.addr).await;
+    pong_again(&proxy.addr.to_string()).await;
     assert_eq!(
-        call(&proxy.addr, &["PING", "hello"]).await,
+        call(&proxy.addr.to_string(), &["PING", "hello"]).await,
         "$5\r\nhello\r\n"
     );
-    assert_eq!(readyz_until(&proxy.http, 200).await, "ready\n");
-    assert_eq!(call(&proxy.addr, &["SET", "k", "v"]).await, "+OK\r\n");
-    assert_eq!(call(&proxy.addr, &["GET", "k"]).await, "$1\r\nv\r\n");
+    assert_eq!(readyz_until(&proxy.http.to_string(), 200).await, "ready\n");
+    assert_eq!(
+        call(&proxy.addr.to_string(), &["SET", "k", "v"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        call(&proxy.addr.to_string(), &["GET", "k"]).await,
+        "$1\r\nv\r\n"
+    );
     // Nothing running now: Redis's own answer.
-    let r = call(&proxy.addr, kill).await;
+    let r = call(&proxy.addr.to_string(), kill).await;
     assert!(r.starts_with("-NOTBUSY"), "{r:?}");
 }
 
@@ -205,8 +123,8 @@ async fn busy_redis() -> RedisServer {
 async fn script_kill_from_another_connection() {
     let redis = busy_redis().await;
     let proxy = Observed::start(&redis.url(), &[]).await;
-    assert_eq!(call(&proxy.addr, &["PING"]).await, "+PONG\r\n");
-    assert_eq!(readyz_until(&proxy.http, 200).await, "ready\n");
+    assert_eq!(call(&proxy.addr.to_string(), &["PING"]).await, "+PONG\r\n");
+    assert_eq!(readyz_until(&proxy.http.to_string(), 200).await, "ready\n");
     let eval = ["EVAL", "while true do end", "0"];
     busy_then_killed(&proxy, &redis, &eval, &["SCRIPT", "KILL"]).await;
     // Twice: the state comes and goes.
@@ -229,7 +147,7 @@ async fn function_kill_ends_a_busy_fcall() {
     let proxy = Observed::start(&redis.url(), &["--pool-size", "1"]).await;
     let lib = "#!lua name=lib\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}";
     assert_eq!(
-        call(&proxy.addr, &["FUNCTION", "LOAD", lib]).await,
+        call(&proxy.addr.to_string(), &["FUNCTION", "LOAD", lib]).await,
         "$3\r\nlib\r\n"
     );
     let fcall = ["FCALL", "spin", "0"];
@@ -240,14 +158,14 @@ async fn function_kill_ends_a_busy_fcall() {
 async fn a_node_that_answers_nothing_gets_a_bounded_wait() {
     let redis = RedisServer::start(&["--enable-debug-command", "yes"]);
     let proxy = Observed::start(&redis.url(), &["--connect-timeout", "1"]).await;
-    let _sleeper = deferred(&proxy.addr, &["DEBUG", "SLEEP", "3"]).await;
+    let _sleeper = deferred(&proxy.addr.to_string(), &["DEBUG", "SLEEP", "3"]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let ping = call(&proxy.addr, &["PING"]).await;
+    let ping = call(&proxy.addr.to_string(), &["PING"]).await;
     assert!(
         ping.starts_with("-ERR upstream") && ping.contains("did not answer in time"),
         "{ping:?}"
     );
     assert!(started.elapsed() < Duration::from_millis(2500));
-    pong_again(&proxy.addr).await;
+    pong_again(&proxy.addr.to_string()).await;
 }
