@@ -164,6 +164,18 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_MAX_SESSION_CONNECTIONS", value_name = "N")]
     pub max_session_connections: Option<usize>,
 
+    /// Output limit of a client class, as Redis's `client-output-buffer-limit`:
+    /// `pubsub HARD SOFT SECS` disconnects a subscriber or MONITOR client
+    /// whose unsent output passes HARD, or SOFT for SECS seconds (0 turns
+    /// a limit off) [default: pubsub 32mb 8mb 60].
+    #[arg(
+        long,
+        env = "SIDECACHE_CLIENT_OUTPUT_BUFFER_LIMIT",
+        value_name = "CLASS HARD SOFT SECS",
+        value_delimiter = ','
+    )]
+    pub client_output_buffer_limit: Vec<String>,
+
     /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
     #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
     pub refresh_interval: Option<f64>,
@@ -333,6 +345,8 @@ pub struct Config {
     pub l1: L1Config,
     /// How SETs are acknowledged.
     pub write_mode: WriteMode,
+    /// The output limit of subscribers and MONITOR clients.
+    pub output_limit_pubsub: crate::pubsub::OutputLimit,
 }
 
 impl Options {
@@ -363,6 +377,11 @@ impl Options {
             max_session_connections: self
                 .max_session_connections
                 .or(file.max_session_connections),
+            client_output_buffer_limit: if self.client_output_buffer_limit.is_empty() {
+                file.client_output_buffer_limit
+            } else {
+                self.client_output_buffer_limit
+            },
             refresh_interval: self.refresh_interval.or(file.refresh_interval),
             tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
             log_level: self.log_level.or(file.log_level),
@@ -623,8 +642,10 @@ impl Config {
                 .map(|p| p.as_bytes().to_vec())
                 .collect(),
         };
+        let output_limit_pubsub = output_limits(&o.client_output_buffer_limit)?;
         Ok(Config {
             l1,
+            output_limit_pubsub,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
             listen,
             unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
@@ -731,6 +752,40 @@ fn read_file(path: &Path) -> Result<Options, ConfigError> {
         .map_err(|e| err("--config", format!("{}: {}", path.display(), e.message())))
 }
 
+/// Parses `--client-output-buffer-limit` values: groups of
+/// `CLASS HARD SOFT SECS`, as Redis's `client-output-buffer-limit` line.
+/// Only the pubsub class applies to sidecache (subscribers and MONITOR).
+fn output_limits(values: &[String]) -> Result<crate::pubsub::OutputLimit, ConfigError> {
+    const KEY: &str = "--client-output-buffer-limit";
+    let mut limit = crate::pubsub::OutputLimit::PUBSUB_DEFAULT;
+    for v in values {
+        let words: Vec<&str> = v.split_whitespace().collect();
+        if words.is_empty() || words.len() % 4 != 0 {
+            return Err(err(
+                KEY,
+                format!("{v:?}: expected CLASS HARD SOFT SECS, e.g. \"pubsub 32mb 8mb 60\""),
+            ));
+        }
+        for g in words.chunks(4) {
+            if !g[0].eq_ignore_ascii_case("pubsub") {
+                return Err(err(
+                    KEY,
+                    format!("{:?}: only the pubsub class is supported", g[0]),
+                ));
+            }
+            limit = crate::pubsub::OutputLimit {
+                hard: size(KEY, Some(g[1]), 0)?,
+                soft: size(KEY, Some(g[2]), 0)?,
+                soft_time: Duration::from_secs(
+                    g[3].parse::<u64>()
+                        .map_err(|_| err(KEY, format!("{:?} is not a number of seconds", g[3])))?,
+                ),
+            };
+        }
+    }
+    Ok(limit)
+}
+
 /// Parses `512mb`, `1gb`, `64k`, `1048576` as Redis does (k = 1000, kb = 1024).
 fn size(key: &'static str, v: Option<&str>, default: u64) -> Result<u64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
@@ -754,6 +809,7 @@ fn size(key: &'static str, v: Option<&str>, default: u64) -> Result<u64, ConfigE
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -902,6 +958,28 @@ mod tests {
         let e = Config::from_options(opts(&["--upstream", "redis://h", "--upstream-wait=-1"]))
             .expect_err("bad");
         assert_eq!(e.key, "--upstream-wait");
+    }
+
+    #[test]
+    fn output_limits_as_redis_writes_them() {
+        let l = output_limits(&["pubsub 1mb 256kb 5".into()]).unwrap();
+        assert_eq!(l.hard, 1 << 20);
+        assert_eq!(l.soft, 256 << 10);
+        assert_eq!(l.soft_time, Duration::from_secs(5));
+        assert_eq!(
+            output_limits(&[]).unwrap(),
+            crate::pubsub::OutputLimit::PUBSUB_DEFAULT
+        );
+        assert_eq!(output_limits(&["pubsub 0 0 0".into()]).unwrap().hard, 0);
+        for bad in [
+            "pubsub 1mb",
+            "normal 0 0 0",
+            "pubsub 1mb 1mb x",
+            "pubsub 1zb 0 0",
+        ] {
+            let e = output_limits(&[bad.into()]).unwrap_err();
+            assert_eq!(e.key, "--client-output-buffer-limit", "{bad}");
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! (the pipelined submit and the reply pass), `tx` (transactions: from
 //! MULTI to EXEC the commands are collected, not dispatched, and travel as
 //! one block; `tx::run` runs them), `blocking` (blocking commands on a held
-//! connection), `splice` (subscribers and MONITOR).
+//! connection), `subscribed` (subscriptions and MONITOR, through the
+//! shared hub of [`crate::pubsub`]).
 //!
 //! A batch is everything parsed from one read (bounded by
 //! [`MAX_BATCH`]); its upstream commands go out as one pipeline per node and
@@ -54,7 +55,7 @@ mod blocking;
 mod cache;
 mod flush;
 mod route;
-mod splice;
+mod subscribed;
 mod tx;
 mod write;
 
@@ -139,6 +140,15 @@ enum Pending {
         upstream: Option<(u32, u32)>,
         proxy: crate::info::Sections,
     },
+    /// PUBLISH or PUBSUB NUMSUB forwarded: its counts adjusted for the
+    /// hub's shared subscriptions.
+    Receivers {
+        node: u32,
+        idx: u32,
+        slot: Option<Slot>,
+        cmd: Bytes,
+        adjust: subscribed::Adjust,
+    },
 }
 
 impl Pending {
@@ -199,8 +209,9 @@ pub struct Client {
     held: Option<tx::Held>,
     /// A blocking command to run next.
     blocked: Option<blocking::Blocked>,
-    /// A splice to start next.
-    spliced: Option<splice::Splice>,
+    /// Subscriptions and MONITOR, with their outbox (`None` until the
+    /// first SUBSCRIBE or MONITOR).
+    subs: Option<Box<subscribed::Subs>>,
     /// The slot of this client's last write (cluster): where WAIT goes.
     last_write_slot: Option<Slot>,
     /// Pending entries whose replies CLIENT REPLY OFF/SKIP drops (ranges
@@ -214,9 +225,6 @@ enum Flow {
     /// A blocking command is set up: the connection loop answers what came
     /// before it, then runs it while watching the client socket.
     Block,
-    /// SUBSCRIBE/MONITOR: the connection loop answers what came before,
-    /// then splices the client to an upstream connection of its own.
-    Splice,
 }
 
 impl Client {
@@ -263,7 +271,7 @@ impl Client {
             tx: None,
             held: None,
             blocked: None,
-            spliced: None,
+            subs: None,
             last_write_slot: None,
             silent: Vec::new(),
         }
@@ -356,6 +364,17 @@ impl Client {
         self.dispatch(req).await
     }
 
+    /// Dispatches one parsed request from a client that subscribed or
+    /// monitored: RESP2's subscribed mode first.
+    async fn dispatch_subscribed(&mut self, req: &Request) -> Flow {
+        let mut lower = [0u8; 64];
+        let lname = lowercase(&req.args[0], &mut lower).unwrap_or(b"");
+        if self.st.authenticated && self.pubsub_guard(lname, req) {
+            return Flow::Continue;
+        }
+        self.dispatch(req).await
+    }
+
     /// Dispatches one parsed request outside a transaction or WATCH.
     async fn dispatch(&mut self, req: &Request) -> Flow {
         self.commands += 1;
@@ -391,6 +410,9 @@ impl Client {
             }
             if cmd.changes_session() {
                 self.flush().await;
+            }
+            if cmd == Local::Reset {
+                self.leave_pubsub();
             }
             if cmd == Local::Client
                 && args
@@ -439,24 +461,56 @@ impl Client {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
             }
             Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
-            Handling::Splice => {
-                // SSUBSCRIBE goes to its shard channel's owner; SUBSCRIBE,
-                // PSUBSCRIBE (Redis Cluster broadcasts PUBLISH) and MONITOR
-                // to any master.
-                let node = match (cluster && lname == b"ssubscribe", args.get(1)) {
-                    (true, Some(ch)) => match self.topo.node_index(Slot::for_key(ch)) {
-                        Ok(n) => n,
+            Handling::PubSub { kind, sub } => self.pubsub(kind, sub, lname, args).await,
+            Handling::Monitor => self.monitor(),
+            Handling::Publish { shard } if args.len() == 3 => {
+                let (node, slot) = if shard && cluster {
+                    let slot = Slot::for_key(&args[1]);
+                    match self.topo.node_index(slot) {
+                        Ok(n) => (n, Some(slot)),
                         Err(e) => {
                             self.slot_error(&e);
                             return Flow::Continue;
                         }
-                    },
-                    _ => 0,
+                    }
+                } else {
+                    (0, None)
                 };
-                self.splice_next(req.raw.clone(), node);
-                return Flow::Splice;
+                let (node, idx) = self.enqueue(node, &req.raw);
+                self.pending.push(Pending::Receivers {
+                    node,
+                    idx,
+                    slot,
+                    cmd: req.raw.clone(),
+                    adjust: subscribed::Adjust::Publish {
+                        channel: args[1].clone(),
+                        shard,
+                    },
+                });
             }
-            Handling::Unsubscribe => self.unsubscribed(lname, args),
+            Handling::NumSub { shard } if !cluster || !shard || args.len() <= 3 => {
+                let (node, slot) = match (shard && cluster, args.get(2)) {
+                    (true, Some(ch)) => {
+                        let slot = Slot::for_key(ch);
+                        match self.topo.node_index(slot) {
+                            Ok(n) => (n, Some(slot)),
+                            Err(e) => {
+                                self.slot_error(&e);
+                                return Flow::Continue;
+                            }
+                        }
+                    }
+                    _ => (0, None),
+                };
+                let (node, idx) = self.enqueue(node, &req.raw);
+                self.pending.push(Pending::Receivers {
+                    node,
+                    idx,
+                    slot,
+                    cmd: req.raw.clone(),
+                    adjust: subscribed::Adjust::NumSub { shard },
+                });
+            }
             Handling::MaybeBlocking if blocking::has_block_arg(args) => {
                 return self.dispatch_blocking(info, lname, req, inval);
             }
@@ -568,8 +622,13 @@ pub async fn serve<S>(
             match parser.parse(&mut rbuf, &mut req) {
                 Ok(Some(())) => {
                     let first = client.pending.len();
+                    if shared.pubsub.monitoring() {
+                        client.monitor_feed(&req);
+                    }
                     let flow = if client.session_active() {
                         client.dispatch_in_session(&req).await
+                    } else if client.subs.is_some() {
+                        client.dispatch_subscribed(&req).await
                     } else {
                         client.dispatch(&req).await
                     };
@@ -581,14 +640,6 @@ pub async fn serve<S>(
                         Flow::Close => {
                             close = true;
                             break;
-                        }
-                        Flow::Splice => {
-                            client.flush().await;
-                            if write_out(&mut stream, &mut client.wbuf).await.is_ok() {
-                                client.run_splice(&mut stream, &mut rbuf, &shutdown).await;
-                                let _ = write_out(&mut stream, &mut client.wbuf).await;
-                            }
-                            break 'conn;
                         }
                         Flow::Block => {
                             // What came before it is answered first; then
@@ -632,7 +683,7 @@ pub async fn serve<S>(
             }
         }
         client.flush().await;
-        let failed = write_out(&mut stream, &mut client.wbuf).await.is_err();
+        let failed = client.write_watched(&mut stream).await.is_err();
         if !failed {
             client.metrics.written(&shared.metrics);
         }
@@ -647,7 +698,23 @@ pub async fn serve<S>(
             break;
         }
         let want = parser.wanted().map_or(0, |w| w.saturating_sub(rbuf.len()));
-        rbuf.reserve(want.clamp(16 * 1024, 1024 * 1024));
+        // A subscriber mostly waits: it keeps small buffers.
+        let least = if client.subs.is_some() {
+            if rbuf.is_empty() && rbuf.capacity() > 4 * 1024 {
+                // The last request's arguments share the read buffer's
+                // allocation: both go.
+                req.raw = Bytes::new();
+                req.args.clear();
+                rbuf = BytesMut::new();
+            }
+            if client.scratch.capacity() > 256 && client.scratch.is_empty() {
+                client.scratch = BytesMut::new();
+            }
+            512
+        } else {
+            16 * 1024
+        };
+        rbuf.reserve(want.clamp(least, 1024 * 1024));
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
@@ -655,6 +722,18 @@ pub async fn serve<S>(
                 Ok(0) | Err(_) => break,
                 Ok(_) => client.metrics.read(),
             },
+            next = subscribed::next(&mut client.subs) => {
+                let subscribed::Next::Delivery(d) = next else {
+                    break;
+                };
+                let Some(weight) = client.take_deliveries(d) else {
+                    break;
+                };
+                if client.write_watched(&mut stream).await.is_err() {
+                    break;
+                }
+                client.delivered(weight);
+            }
         }
     }
     let _ = stream.shutdown().await;

@@ -9,6 +9,8 @@
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.
 //! - [`flight`]: coalescing of concurrent L1 misses on one key.
+//! - [`pubsub`]: shared upstream subscriptions fanned out to local
+//!   subscribers' bounded outboxes, and the MONITOR feed.
 //! - [`state`]: what all connections share (upstream, table, L1, counters, clients).
 //! - [`metrics`]: per-command metrics kept off the hot path, and the
 //!   Prometheus exporter reading every counter at scrape time.
@@ -27,6 +29,7 @@ pub mod flight;
 pub mod http;
 pub mod info;
 pub mod metrics;
+pub mod pubsub;
 pub mod resp;
 pub mod server;
 pub mod state;

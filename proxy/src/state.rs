@@ -33,19 +33,6 @@ pub struct Stats {
     pub tx: TxStats,
     /// Blocking commands.
     pub blocking: BlockingStats,
-    /// Spliced connections (subscribers, MONITOR).
-    pub splice: SpliceStats,
-}
-
-/// Spliced-connection counters.
-#[derive(Debug, Default)]
-pub struct SpliceStats {
-    /// Clients spliced to an upstream connection now.
-    pub active: std::sync::atomic::AtomicUsize,
-    /// Splices started.
-    pub total: AtomicU64,
-    /// Splices that ended with an error on either side.
-    pub broken: AtomicU64,
 }
 
 /// Blocking-command counters.
@@ -127,6 +114,8 @@ pub struct Shared {
     pub flights: Flights,
     /// Per-command metrics and what only the proxy counts.
     pub metrics: Metrics,
+    /// Shared upstream subscriptions and the MONITOR feed.
+    pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
     /// The invalidation channel's state.
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
@@ -142,6 +131,10 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
+            pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
+                config.output_limit_pubsub,
+                upstream.write_behind().config().queue_timeout,
+            )),
             metrics: Metrics::new(&table, config.metrics_listen.is_some()),
             upstream,
             table,

@@ -1,6 +1,6 @@
-//! Pub/sub and MONITOR through sidecache against real redis-servers: a
-//! subscribing client is spliced to an upstream connection of its own, so
-//! everything it sees is Redis's own.
+//! Pub/sub and MONITOR through sidecache against real redis-servers:
+//! subscriptions shared upstream and fanned out to local subscribers, each
+//! of which sees what Redis would send it; MONITOR fed by sidecache.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -38,10 +38,13 @@ async fn read_until(s: &mut TcpStream, want: &str) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-async fn spliced(proxy: &Proxy) -> u64 {
-    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
-        .into_owned();
-    info_field(&info, "spliced_clients")
+async fn proxy_info(addr: &str, field: &str) -> u64 {
+    let info = String::from_utf8_lossy(&raw(addr, b"INFO proxy\r\n", 1).await).into_owned();
+    info_field(&info, field)
+}
+
+async fn subscribers(proxy: &Proxy) -> u64 {
+    proxy_info(&proxy.addr.to_string(), "pubsub_clients").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +79,7 @@ async fn subscribers_get_redis_own_replies_and_messages() {
         send(&mut sub, &["SUBSCRIBE jobs"], 1).await,
         "*3\r\n$9\r\nsubscribe\r\n$4\r\njobs\r\n:1\r\n"
     );
-    assert_eq!(spliced(&proxy).await, 1);
+    assert_eq!(subscribers(&proxy).await, 1);
     let mut publisher = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(
         send(&mut publisher, &["PUBLISH jobs hello"], 1).await,
@@ -90,7 +93,7 @@ async fn subscribers_get_redis_own_replies_and_messages() {
     // A subscriber that leaves frees its connection, upstream too.
     drop(sub);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while spliced(&proxy).await != 0 {
+    while subscribers(&proxy).await != 0 {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -149,7 +152,7 @@ async fn cluster_pubsub() {
     proxy.stop().await;
 }
 
-/// MONITOR shows what reaches Redis, in Redis's own format.
+/// MONITOR shows every command sidecache receives, in Redis's own format.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_streams_upstream_commands() {
     let redis = RedisServer::start(&[]);
@@ -161,4 +164,254 @@ async fn monitor_streams_upstream_commands() {
     assert_eq!(send(&mut c, &["INCR seen"], 1).await, ":1\r\n");
     read_until(&mut m, "\"INCR\" \"seen\"").await;
     proxy.stop().await;
+}
+
+/// Many local subscribers share one upstream subscription; PUBLISH and
+/// PUBSUB NUMSUB through sidecache count the local subscribers, as one
+/// Redis would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_shared_upstream_and_fanned_out() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut subs = Vec::new();
+    for i in 0..50 {
+        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+        let line = if i < 40 {
+            "SUBSCRIBE news"
+        } else {
+            "PSUBSCRIBE n*"
+        };
+        send(&mut s, &[line], 1).await;
+        subs.push(s);
+    }
+    // Upstream holds one subscription per channel and per pattern.
+    assert_eq!(
+        String::from_utf8_lossy(
+            &raw(&redis.addr(), &enc("PUBSUB NUMSUB news").into_bytes(), 1).await
+        ),
+        "*2\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&raw(&redis.addr(), b"PUBSUB NUMPAT\r\n", 1).await),
+        ":1\r\n"
+    );
+    assert_eq!(
+        proxy_info(&proxy.addr.to_string(), "pubsub_upstream_links").await,
+        1
+    );
+    assert_eq!(
+        proxy_info(&proxy.addr.to_string(), "pubsub_clients").await,
+        50
+    );
+    let mut p = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        send(&mut p, &["PUBSUB NUMSUB news other"], 1).await,
+        "*4\r\n$4\r\nnews\r\n:40\r\n$5\r\nother\r\n:0\r\n"
+    );
+    assert_eq!(send(&mut p, &["PUBLISH news hello"], 1).await, ":50\r\n");
+    for (i, s) in subs.iter_mut().enumerate() {
+        let want = if i < 40 {
+            "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+        } else {
+            "*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+        };
+        assert_eq!(read_until(s, want).await, want, "subscriber {i}");
+    }
+    // The last local subscriber gone, the upstream subscription goes too.
+    subs.clear();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy_info(&proxy.addr.to_string(), "pubsub_upstream_subscriptions").await != 0 {
+        assert!(Instant::now() < deadline, "upstream subscriptions left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(send(&mut p, &["PUBLISH news again"], 1).await, ":0\r\n");
+    proxy.stop().await;
+}
+
+/// 10,000 idle subscribers cost one upstream connection and a small,
+/// bounded amount of sidecache's memory each; one PUBLISH reaches all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_idle_subscribers() {
+    const N: usize = 10_000;
+    let redis = RedisServer::start(&[]);
+    let proxy = support::ProxyProcess::start(&redis.url(), &["--maxclients", "10100"]);
+    let mut first = TcpStream::connect(proxy.addr()).await.unwrap();
+    send(&mut first, &["SUBSCRIBE idle"], 1).await;
+    let before = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    let mut subs = Vec::with_capacity(N);
+    subs.push(first);
+    while subs.len() < N {
+        // Connect in waves of 500 (the accept backlog), then subscribe.
+        let wave: Vec<_> = (0..500.min(N - subs.len()))
+            .map(|_| {
+                let addr = proxy.addr();
+                tokio::spawn(async move {
+                    let mut s = TcpStream::connect(addr).await.unwrap();
+                    let got = send(&mut s, &["SUBSCRIBE idle"], 1).await;
+                    assert!(got.starts_with("*3\r\n$9\r\nsubscribe\r\n"), "{got}");
+                    s
+                })
+            })
+            .collect();
+        for w in wave {
+            subs.push(w.await.unwrap());
+        }
+    }
+    let held = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    assert_eq!(proxy_info(&proxy.addr(), "pubsub_clients").await, N as u64);
+    assert_eq!(proxy_info(&proxy.addr(), "pubsub_upstream_links").await, 1);
+    assert_eq!(
+        String::from_utf8_lossy(
+            &raw(&redis.addr(), &enc("PUBSUB NUMSUB idle").into_bytes(), 1).await
+        ),
+        "*2\r\n$4\r\nidle\r\n:1\r\n"
+    );
+    let mut p = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        send(&mut p, &["PUBLISH idle wake"], 1).await,
+        format!(":{N}\r\n")
+    );
+    let want = "*3\r\n$7\r\nmessage\r\n$4\r\nidle\r\n$4\r\nwake\r\n";
+    for s in subs.iter_mut() {
+        assert_eq!(read_until(s, want).await, want);
+    }
+    let per = held.saturating_sub(before) / N as u64;
+    eprintln!(
+        "{N} idle subscribers: RSS {} MB -> {} MB, {per} bytes per subscriber",
+        before >> 20,
+        held >> 20
+    );
+    // A connection's task, small buffers, an outbox and a set entry.
+    assert!(per < 32 * 1024, "{per} bytes per idle subscriber");
+}
+
+/// A subscriber that reads nothing passes its output limit and is
+/// disconnected and counted; a fast one on the same channel gets every
+/// message, and sidecache's memory stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_subscriber_is_disconnected_fast_one_keeps_up() {
+    const MSGS: usize = 20_000;
+    let redis = RedisServer::start(&[]);
+    let proxy = support::ProxyProcess::start(
+        &redis.url(),
+        &["--client-output-buffer-limit", "pubsub 256kb 64kb 1"],
+    );
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut slow = sock.connect(proxy.addr().parse().unwrap()).await.unwrap();
+    send(&mut slow, &["SUBSCRIBE firehose"], 1).await;
+    let mut fast = TcpStream::connect(proxy.addr()).await.unwrap();
+    send(&mut fast, &["SUBSCRIBE firehose"], 1).await;
+    let before = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    let reader = tokio::spawn(async move {
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut carry = Vec::new();
+        let marker = b"$8\r\nfirehose\r\n";
+        while got < MSGS {
+            let n = tokio::time::timeout(Duration::from_secs(20), fast.read(&mut buf))
+                .await
+                .expect("fast subscriber starved")
+                .unwrap();
+            assert!(n > 0, "fast subscriber closed after {got}");
+            carry.extend_from_slice(&buf[..n]);
+            let mut i = 0;
+            while let Some(at) = carry[i..].windows(marker.len()).position(|w| w == marker) {
+                got += 1;
+                i += at + marker.len();
+            }
+            carry.drain(..i);
+        }
+        got
+    });
+    let mut p = TcpStream::connect(proxy.addr()).await.unwrap();
+    let payload = "x".repeat(1000);
+    for chunk in 0..(MSGS / 500) {
+        let lines: Vec<String> = (0..500)
+            .map(|_| format!("PUBLISH firehose {payload}"))
+            .collect();
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let got = send(&mut p, &refs, 500).await;
+        assert!(got.starts_with(':'), "chunk {chunk}: {got:.40}");
+    }
+    assert_eq!(reader.await.unwrap(), MSGS);
+    assert_eq!(
+        proxy_info(&proxy.addr(), "client_output_buffer_limit_disconnections").await,
+        1
+    );
+    // The slow one's connection is closed: reading drains what the kernel
+    // held, then ends.
+    let closed = tokio::time::timeout(Duration::from_secs(10), support::read_to_close(&mut slow))
+        .await
+        .expect("slow subscriber still connected");
+    assert!(closed.len() < MSGS * 1000, "it got {} bytes", closed.len());
+    let after = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    eprintln!(
+        "RSS {} MB -> {} MB with 20 MB published",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        after.saturating_sub(before) < 16 << 20,
+        "RSS grew {} MB",
+        (after - before) >> 20
+    );
+}
+
+/// MONITOR includes commands answered from the L1 and acknowledged from
+/// memory, which Redis's own MONITOR never sees; admin commands are left
+/// out, as in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_shows_l1_hits_and_write_behind() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+    send(&mut c, &["SET cached v", "GET cached"], 2).await;
+    let mut m = TcpStream::connect(proxy.addr).await.unwrap();
+    m.write_all(b"MONITOR\r\n").await.unwrap();
+    read_until(&mut m, "+OK\r\n").await;
+    let upstream_gets = support::upstream_calls(&redis, "get").await;
+    send(
+        &mut c,
+        &["GET cached", "CONFIG GET maxclients", "SET wb 1", "PING"],
+        4,
+    )
+    .await;
+    let got = read_until(&mut m, "\"PING\"").await;
+    assert!(got.contains("\"GET\" \"cached\""), "{got}");
+    assert!(got.contains("\"SET\" \"wb\" \"1\""), "{got}");
+    assert!(
+        !got.contains("CONFIG"),
+        "admin commands are not shown: {got}"
+    );
+    let line = got.lines().find(|l| l.contains("\"GET\"")).unwrap();
+    assert!(
+        line.starts_with('+') && line.contains(" [0 127.0.0.1:"),
+        "{line}"
+    );
+    assert_eq!(
+        support::upstream_calls(&redis, "get").await,
+        upstream_gets,
+        "an L1 hit"
+    );
+    proxy.stop().await;
+}
+
+/// A subscription's upstream connection breaking disconnects its
+/// subscribers, as Redis going away would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_are_disconnected_when_upstream_goes() {
+    let mut redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    send(&mut s, &["SUBSCRIBE gone"], 1).await;
+    redis.kill();
+    tokio::time::timeout(Duration::from_secs(10), support::read_to_close(&mut s))
+        .await
+        .expect("subscriber still connected");
+    assert_eq!(
+        proxy_info(&proxy.addr.to_string(), "pubsub_link_losses").await,
+        1
+    );
+    drop(proxy);
 }

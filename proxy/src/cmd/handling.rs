@@ -2,6 +2,7 @@
 //! a command. Everything not listed is forwarded to its key's node.
 
 use super::table::Flags;
+use crate::pubsub::Kind;
 
 /// How a reply is assembled from per-node parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,12 +46,29 @@ pub enum Handling {
     Transaction,
     /// Blocks (BLPOP, BZPOPMIN, WAIT, …): runs on a held connection.
     Blocking,
-    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR: the client's connection
-    /// is spliced to a held upstream connection of its own from then on.
-    Splice,
-    /// UNSUBSCRIBE and friends on a connection that subscribed to nothing:
-    /// answered locally, as Redis answers them.
-    Unsubscribe,
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE (`sub`) and their UNSUBSCRIBE
+    /// forms: the client's subscriptions, held through the shared hub
+    /// ([`crate::pubsub`]).
+    PubSub {
+        /// Which kind of subscription.
+        kind: Kind,
+        /// Subscribe (true) or unsubscribe.
+        sub: bool,
+    },
+    /// MONITOR: fed by this proxy (every command it receives).
+    Monitor,
+    /// PUBLISH / SPUBLISH (`shard`): forwarded; the reply counts this
+    /// proxy's local receivers, not its one upstream subscription.
+    Publish {
+        /// SPUBLISH.
+        shard: bool,
+    },
+    /// PUBSUB NUMSUB / SHARDNUMSUB (`shard`): forwarded, counts adjusted
+    /// the same way.
+    NumSub {
+        /// SHARDNUMSUB.
+        shard: bool,
+    },
     /// Needs a dedicated upstream connection; refused with this reason.
     Unsupported(&'static str),
 }
@@ -99,6 +117,10 @@ pub fn write_behind(name: &str) -> bool {
     matches!(name, "set" | "setex" | "psetex" | "mset")
 }
 
+fn pubsub(kind: Kind, sub: bool) -> Handling {
+    Handling::PubSub { kind, sub }
+}
+
 const REPLICATION: &str = "replication commands cannot be proxied";
 
 /// The handling of a command named `name` (lower case; `container|sub` for
@@ -116,8 +138,17 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (None, "info") => Handling::Info,
         (None, "xread" | "xreadgroup") => Handling::MaybeBlocking,
         (None, "multi" | "exec" | "discard" | "watch" | "unwatch") => Handling::Transaction,
-        (None, "subscribe" | "psubscribe" | "ssubscribe" | "monitor") => Handling::Splice,
-        (None, "unsubscribe" | "punsubscribe" | "sunsubscribe") => Handling::Unsubscribe,
+        (None, "subscribe") => pubsub(Kind::Channel, true),
+        (None, "psubscribe") => pubsub(Kind::Pattern, true),
+        (None, "ssubscribe") => pubsub(Kind::Shard, true),
+        (None, "unsubscribe") => pubsub(Kind::Channel, false),
+        (None, "punsubscribe") => pubsub(Kind::Pattern, false),
+        (None, "sunsubscribe") => pubsub(Kind::Shard, false),
+        (None, "monitor") => Handling::Monitor,
+        (None, "publish") => Handling::Publish { shard: false },
+        (None, "spublish") => Handling::Publish { shard: true },
+        (Some("pubsub"), "pubsub|numsub") => Handling::NumSub { shard: false },
+        (Some("pubsub"), "pubsub|shardnumsub") => Handling::NumSub { shard: true },
         (None, "sync" | "psync" | "replconf") => Handling::Unsupported(REPLICATION),
         (None, "wait" | "waitaof") => Handling::Blocking,
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),

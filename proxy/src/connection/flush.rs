@@ -228,6 +228,19 @@ impl Client {
                         None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
                     }
                 }
+                Pending::Receivers {
+                    node,
+                    idx,
+                    slot,
+                    cmd,
+                    adjust,
+                } => match self.reply_of(node, idx, slot, &cmd).await {
+                    Ok(f) => self.adjust_receivers(&f, &adjust),
+                    Err(e) => {
+                        errors += 1;
+                        upstream_error(&mut self.wbuf, &e);
+                    }
+                },
                 Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
                     Ok(f) => self.wbuf.put_slice(&f),
                     Err(e) => {

@@ -2,9 +2,9 @@
 //! slot, SCAN across masters, INFO, UNSUBSCRIBE without subscriptions,
 //! and where a blocking command goes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use sidecache_pool::resp::{self, put_header};
-use sidecache_pool::{Proto, Slot};
+use sidecache_pool::Slot;
 
 use super::{Client, Flow, Inval, Part, Pending, SCAN_SHARD_BITS};
 use crate::cmd::handling::Merge;
@@ -61,35 +61,6 @@ impl Client {
         }
         self.block(req.raw.clone(), lname, node, slot, inval);
         Flow::Block
-    }
-    /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE on a connection subscribed
-    /// to nothing (a subscribed one is spliced): one confirmation per
-    /// channel named, or one with a nil channel, each with a count of 0.
-    pub(super) fn unsubscribed(&mut self, lname: &[u8], args: &[Bytes]) {
-        let kind = if self.st.proto == Proto::Resp3 {
-            b'>'
-        } else {
-            b'*'
-        };
-        let start = self.scratch.len();
-        let one = |out: &mut BytesMut, ch: Option<&Bytes>| {
-            put_header(out, kind, 3);
-            resp::put_bulk(out, lname);
-            match (ch, self.st.proto) {
-                (Some(c), _) => resp::put_bulk(out, c),
-                (None, Proto::Resp3) => out.extend_from_slice(b"_\r\n"),
-                (None, Proto::Resp2) => out.extend_from_slice(b"$-1\r\n"),
-            }
-            out.extend_from_slice(b":0\r\n");
-        };
-        if args.len() < 2 {
-            one(&mut self.scratch, None);
-        } else {
-            for ch in &args[1..] {
-                one(&mut self.scratch, Some(ch));
-            }
-        }
-        self.pending.push(Pending::Local(start..self.scratch.len()));
     }
     pub(super) fn split(&mut self, kind: Merge, req: &Request) {
         let args = &req.args;

@@ -95,8 +95,14 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_slotmap_refreshes_total", C, &[], "Cluster slot-map refreshes (periodic, or asked for after a redirect or a failure)."),
     fam("sidecache_failovers_followed_total", C, &[], "Slot-map refreshes in which a master left the map (failover or resharding followed)."),
     fam("sidecache_transactions_total", C, &["outcome"], "Transactions by outcome: executed, aborted (EXECABORT), watch_failed (nil EXEC), discarded."),
-    fam("sidecache_spliced_clients", G, &[], "Clients spliced to an upstream connection of their own (subscribers, MONITOR)."),
-    fam("sidecache_splices_total", C, &[], "Splices started (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE, MONITOR)."),
+    fam("sidecache_pubsub_clients", G, &[], "Clients subscribed to a channel, pattern or shard channel now."),
+    fam("sidecache_monitor_clients", G, &[], "Clients in MONITOR now."),
+    fam("sidecache_pubsub_upstream_links", G, &[], "Upstream connections holding the shared subscriptions."),
+    fam("sidecache_pubsub_upstream_subscriptions", G, &[], "Channels, patterns and shard channels subscribed upstream (one each, however many local subscribers)."),
+    fam("sidecache_pubsub_messages_received_total", C, &[], "Messages received from upstream subscriptions."),
+    fam("sidecache_pubsub_messages_delivered_total", C, &[], "Messages and MONITOR lines queued for local clients (one per client reached)."),
+    fam("sidecache_client_output_limit_disconnects_total", C, &[], "Subscribers and MONITOR clients disconnected for passing --client-output-buffer-limit."),
+    fam("sidecache_pubsub_link_losses_total", C, &[], "Subscribers disconnected because the upstream connection of their subscription broke."),
     fam("sidecache_blocked_clients", G, &[], "Clients blocked now in a blocking command (BLPOP, XREAD BLOCK, WAIT, ...) on a held connection."),
     fam("sidecache_blocked_unblocked_on_disconnect_total", C, &[], "Blocked commands unblocked upstream (CLIENT UNBLOCK) because their client left."),
     fam("sidecache_session_connections", G, &[], "Upstream connections held by single clients now (WATCH, a MULTI spanning requests)."),
@@ -512,15 +518,37 @@ fn collect_shared(s: &Shared, o: &mut Out) {
             l(c),
         );
     }
+    let ps = &s.pubsub.stats;
+    let n =
+        |a: &std::sync::atomic::AtomicUsize| a.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    o.gauge("sidecache_pubsub_clients", &[], n(&ps.subscribers));
+    o.gauge("sidecache_monitor_clients", &[], n(&ps.monitors));
+    o.gauge("sidecache_pubsub_upstream_links", &[], n(&ps.links));
     o.gauge(
-        "sidecache_spliced_clients",
+        "sidecache_pubsub_upstream_subscriptions",
         &[],
-        s.stats
-            .splice
-            .active
-            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        n(&ps.topics),
     );
-    o.counter("sidecache_splices_total", &[], l(&s.stats.splice.total));
+    o.counter(
+        "sidecache_pubsub_messages_received_total",
+        &[],
+        l(&ps.messages_in),
+    );
+    o.counter(
+        "sidecache_pubsub_messages_delivered_total",
+        &[],
+        l(&ps.messages_out),
+    );
+    o.counter(
+        "sidecache_client_output_limit_disconnects_total",
+        &[],
+        l(&ps.output_limit_disconnects),
+    );
+    o.counter(
+        "sidecache_pubsub_link_losses_total",
+        &[],
+        l(&ps.link_losses),
+    );
     o.gauge(
         "sidecache_blocked_clients",
         &[],
