@@ -28,15 +28,19 @@ CHECKS=(
   "rq-basic|py|python/rq_check.py basic"
   "rq-depends|py|python/rq_check.py depends"
   "rq-cli-worker|py|python/rq_check.py cli-worker"
+  "rq-worker-commands|py|python/rq_check.py worker-commands"
   "celery-send|py|python/celery_check.py send"
   "celery-worker|py|python/celery_check.py worker"
   "celery-roundtrip|py|python/celery_check.py roundtrip"
+  "celery-broadcast|py|python/celery_check.py broadcast"
+  "celery-result|py|python/celery_check.py result"
   "arq-job|arq|python/arq_check.py job"
   "arq-worker-idle|arq|python/arq_check.py worker-idle"
   "ioredis-multi|node|node/check.mjs ioredis-multi"
   "bullmq-queue|node|node/check.mjs bullmq-queue"
   "bullmq-worker-backlog|node|node/check.mjs bullmq-worker-backlog"
   "bullmq-worker-idle|node|node/check.mjs bullmq-worker-idle"
+  "bullmq-queue-events|node|node/check.mjs bullmq-queue-events"
 )
 
 for x in "${EXPECTED_FAIL[@]}"; do

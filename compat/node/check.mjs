@@ -1,10 +1,10 @@
-// Node checks: ioredis MULTI/EXEC, and BullMQ Queue and Worker.
+// Node checks: ioredis MULTI/EXEC, and BullMQ Queue, Worker and QueueEvents.
 //
 // Run as `node check.mjs CHECK` by ../run.sh with COMPAT_HOST, COMPAT_PORT and
 // COMPAT_PREFIX set (see ../python/common.py for the contract). Prints one
 // final `PASS …` or `FAIL …` line and exits 0 or 1.
 
-import { Queue, Worker, Job } from "bullmq";
+import { Queue, QueueEvents, Worker, Job } from "bullmq";
 import Redis from "ioredis";
 
 const host = process.env.COMPAT_HOST ?? "127.0.0.1";
@@ -109,11 +109,76 @@ async function bullmqWorker(idleFirst) {
   }
 }
 
+// QueueEvents reads the queue's events stream with XREAD BLOCK (from `$`, so
+// only events written after it started). It sits blocked through one whole
+// BLOCK timeout first (blockingTimeout 2 s, idle 3 s): the read must come back
+// empty on time and be re-issued. BullMQ abandons a read that has not come back
+// 1 s after its BLOCK and reconnects; such a reconnect fails the check.
+async function bullmqQueueEvents() {
+  const name = `${prefix}-bulle`;
+  const queue = new Queue(name, { connection });
+  const queueEvents = new QueueEvents(name, { connection, blockingTimeout: 2000 });
+  let worker;
+  try {
+    const errors = [];
+    const reconnects = [];
+    const seen = []; // [event, jobId, detail]
+    queueEvents.on("error", (err) => errors.push(`QueueEvents: ${err.message}`));
+    for (const event of ["waiting", "active", "completed", "failed"]) {
+      queueEvents.on(event, (args) => {
+        const detail = event === "completed" ? args.returnvalue : event === "failed" ? args.failedReason : args.prev;
+        seen.push([event, args.jobId, detail ?? null]);
+      });
+    }
+    queueEvents.on("ioredis:close", () => reconnects.push(Date.now()));
+    await withTimeout(Promise.all([queue.waitUntilReady(), queueEvents.waitUntilReady()]), 10000,
+      "Queue and QueueEvents connections ready");
+    await new Promise((r) => setTimeout(r, 3000));
+    const added = [
+      await queue.add("add", { a: 2, b: 3 }),
+      await queue.add("add", { a: 10, b: 20 }),
+      await queue.add("add", { a: 1, b: -1, fail: true }),
+    ];
+    const ids = added.map((j) => j.id);
+    worker = new Worker(name, async (j) => {
+      if (j.data.fail) throw new Error("refused on purpose");
+      return j.data.a + j.data.b;
+    }, { connection, drainDelay: 1 });
+    worker.on("error", (err) => errors.push(`Worker: ${err.message}`));
+    // Job.waitUntilFinished listens to QueueEvents `completed:<id>` / `failed:<id>`.
+    const finished = await withTimeout(Promise.allSettled(added.map((j) => j.waitUntilFinished(queueEvents, 14000))),
+      15000, "waitUntilFinished of 3 jobs");
+    expect(finished.map((f) => f.status === "fulfilled" ? f.value : `rejected: ${f.reason.message}`),
+      [5, 30, "rejected: refused on purpose"], "waitUntilFinished results");
+    // Every job's events, each once and in order, as the stream carried them.
+    await withTimeout((async () => {
+      for (;;) {
+        if (ids.every((id) => seen.some(([e, j]) => j === id && (e === "completed" || e === "failed")))) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })(), 5000, "final events of all 3 jobs");
+    if (reconnects.length) throw new Error(`QueueEvents' XREAD BLOCK connection was closed ${reconnects.length} time(s) during the check (e.g. a read not answered within BLOCK + 1 s)`);
+    const perJob = ids.map((id) => seen.filter(([, j]) => j === id).map(([e, , d]) => `${e}:${d}`));
+    expect(perJob, [
+      ["waiting:null", "active:waiting", "completed:5"],
+      ["waiting:null", "active:waiting", "completed:30"],
+      ["waiting:null", "active:waiting", "failed:refused on purpose"],
+    ], "QueueEvents per job (event:prev|returnvalue|failedReason)");
+    const summary = "QueueEvents (XREAD BLOCK 2000, idle 3 s first) saw waiting -> active -> completed(5, 30) / failed for 3 jobs; waitUntilFinished resolved 5, 30 and rejected the failure";
+    return errors.length ? `${summary} [note: 'error' events: ${[...new Set(errors)].join(" | ")}]` : summary;
+  } finally {
+    if (worker) await withTimeout(worker.close(true), 10000, "worker.close").catch(() => {});
+    await withTimeout(queueEvents.close(), 10000, "queueEvents.close").catch(() => {});
+    await withTimeout(queue.close(), 10000, "queue.close").catch(() => {});
+  }
+}
+
 const checks = {
   "ioredis-multi": ioredisMulti,
   "bullmq-queue": bullmqQueue,
   "bullmq-worker-backlog": () => bullmqWorker(false),
   "bullmq-worker-idle": () => bullmqWorker(true),
+  "bullmq-queue-events": bullmqQueueEvents,
 };
 const name = process.argv[2];
 if (!checks[name]) {

@@ -33,3 +33,26 @@ def mark(key, value):
 
     redis.Redis.from_url(os.environ["COMPAT_CELERY_BROKER"], socket_timeout=10).set(key, value)
     return value
+
+
+@app.task
+def slow_add(a, b, delay):
+    """Finishes after `delay` s: the client is already waiting on pub/sub."""
+    import time
+
+    time.sleep(delay)
+    return a + b
+
+
+@app.task
+def fail(message):
+    raise ValueError(message)
+
+
+@app.task
+def nap(seconds):
+    """Keeps the worker busy so control commands see it as active."""
+    import time
+
+    time.sleep(seconds)
+    return seconds
