@@ -209,6 +209,9 @@ pub struct Client {
     held: Option<tx::Held>,
     /// A blocking command to run next.
     blocked: Option<blocking::Blocked>,
+    /// The command just dispatched answered with pushes (subscription
+    /// confirmations), which CLIENT REPLY OFF/SKIP does not silence.
+    pushed: bool,
     /// Subscriptions and MONITOR, with their outbox (`None` until the
     /// first SUBSCRIBE or MONITOR).
     subs: Option<Box<subscribed::Subs>>,
@@ -239,6 +242,7 @@ impl Client {
             created: std::time::Instant::now(),
             lib_name: String::new(),
             lib_ver: String::new(),
+            subs: [0; 3],
         };
         let st = ClientState {
             id,
@@ -272,6 +276,7 @@ impl Client {
             held: None,
             blocked: None,
             subs: None,
+            pushed: false,
             last_write_slot: None,
             silent: Vec::new(),
         }
@@ -311,7 +316,9 @@ impl Client {
     /// just dispatched (its pending entries from `first`) are dropped.
     fn silence_from(&mut self, first: usize) {
         let end = self.pending.len();
-        if first < end {
+        // Subscription confirmations are pushes: Redis sends them even
+        // with replies off.
+        if first < end && !std::mem::take(&mut self.pushed) {
             self.silent.push(first..end);
         }
         if let local::ReplyMode::Skip(n) = self.st.reply {

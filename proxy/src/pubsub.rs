@@ -332,6 +332,9 @@ struct Topic {
 struct State {
     topics: HashMap<(Kind, Bytes), Topic>,
     links: HashMap<LinkKey, Link>,
+    /// Upstream subscriptions being ended (UNSUBSCRIBE sent, not yet
+    /// confirmed), per link: upstream still counts them as receivers.
+    draining: HashMap<(Kind, Bytes, u64), usize>,
 }
 
 /// The subscription hub: one per proxy.
@@ -483,11 +486,16 @@ impl Hub {
             }
             // Full: the upstream subscription stays, and its messages
             // find no local subscriber (dropped here).
-            let _ = link.tx.try_send(link::Cmd {
+            let sent = link.tx.try_send(link::Cmd {
                 kind,
                 name: name.clone(),
                 sub: false,
             });
+            if sent.is_ok() {
+                *st.draining
+                    .entry((kind, name.clone(), t.link_id))
+                    .or_default() += 1;
+            }
             link.topics -= 1;
             if link.topics == 0 {
                 // Its task sends the UNSUBSCRIBE, then sees the channel
@@ -515,17 +523,33 @@ impl Hub {
                 ours += 1;
             }
         }
+        for ((kind, name, _), n) in &st.draining {
+            let hit = match kind {
+                Kind::Shard => shard && name[..] == *channel,
+                Kind::Channel => !shard && name[..] == *channel,
+                Kind::Pattern => !shard && glob::matches(name, channel),
+            };
+            if hit {
+                ours += *n as i64;
+            }
+        }
         (local, ours)
     }
 
     /// Local subscribers of `channel` (PUBSUB NUMSUB, or SHARDNUMSUB with
-    /// `shard`), and whether the hub holds it upstream.
-    pub fn numsub(&self, channel: &Bytes, shard: bool) -> (i64, bool) {
+    /// `shard`), and how many upstream subscriptions the hub holds on it.
+    pub fn numsub(&self, channel: &Bytes, shard: bool) -> (i64, i64) {
         let kind = if shard { Kind::Shard } else { Kind::Channel };
         let st = self.state();
+        let draining: usize = st
+            .draining
+            .iter()
+            .filter(|((k, n, _), _)| *k == kind && n == channel)
+            .map(|(_, c)| *c)
+            .sum();
         match st.topics.get(&(kind, channel.clone())) {
-            Some(t) if t.confirmed => (t.subs.len() as i64, true),
-            _ => (0, false),
+            Some(t) if t.confirmed => (t.subs.len() as i64, 1 + draining as i64),
+            _ => (0, draining as i64),
         }
     }
 
@@ -564,6 +588,17 @@ impl Hub {
     }
 
     // --- Called by links ---
+
+    fn unsubscribed(&self, link_id: u64, kind: Kind, name: &Bytes) {
+        let mut st = self.state();
+        let key = (kind, name.clone(), link_id);
+        if let Some(n) = st.draining.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                st.draining.remove(&key);
+            }
+        }
+    }
 
     fn confirmed(&self, link_id: u64, kind: Kind, name: &Bytes) {
         let mut st = self.state();
@@ -670,6 +705,7 @@ impl Hub {
                 }
             }
         }
+        st.draining.retain(|(_, _, l), _| *l != link_id);
         let key = st
             .links
             .iter()

@@ -76,18 +76,29 @@ pub struct ClientEntry {
     pub lib_name: String,
     /// CLIENT SETINFO lib-ver.
     pub lib_ver: String,
+    /// Channels, patterns and shard channels subscribed to.
+    pub subs: [usize; 3],
 }
 
 impl ClientEntry {
+    /// Whether it is a pubsub client (subscribed to something).
+    pub fn subscribed(&self) -> bool {
+        self.subs.iter().any(|&n| n > 0)
+    }
+
     /// The CLIENT INFO / CLIENT LIST line of this client, as Redis formats it.
     pub fn line(&self, id: u64) -> String {
         format!(
-            "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags={} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
             self.laddr,
             self.name,
             self.created.elapsed().as_secs(),
+            if self.subscribed() { "P" } else { "N" },
             self.db,
+            self.subs[0],
+            self.subs[1],
+            self.subs[2],
             self.resp,
             self.lib_name,
             self.lib_ver

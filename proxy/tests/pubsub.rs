@@ -208,6 +208,15 @@ async fn subscriptions_are_shared_upstream_and_fanned_out() {
         send(&mut p, &["PUBSUB NUMSUB news other"], 1).await,
         "*4\r\n$4\r\nnews\r\n:40\r\n$5\r\nother\r\n:0\r\n"
     );
+    // CLIENT LIST shows them as Redis would: flags=P and their counts.
+    let list = send(&mut p, &["CLIENT LIST TYPE pubsub"], 1).await;
+    assert_eq!(list.matches(" flags=P ").count(), 50, "{list}");
+    assert_eq!(list.matches(" sub=1 psub=0 ssub=0 ").count(), 40, "{list}");
+    let normal = send(&mut p, &["CLIENT LIST TYPE normal"], 1).await;
+    assert!(
+        normal.contains("id=") && !normal.contains(" flags=P "),
+        "{normal}"
+    );
     assert_eq!(send(&mut p, &["PUBLISH news hello"], 1).await, ":50\r\n");
     for (i, s) in subs.iter_mut().enumerate() {
         let want = if i < 40 {
@@ -414,4 +423,61 @@ async fn subscribers_are_disconnected_when_upstream_goes() {
         1
     );
     drop(proxy);
+}
+
+/// A shard channel's slot moves: Redis ends the subscription with a
+/// `sunsubscribe` push, sidecache passes it on, and the client's new
+/// SSUBSCRIBE reaches the slot's new owner (MOVED followed), where
+/// SPUBLISH through sidecache reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_subscription_follows_its_slot() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let ch = "{moving}ch";
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    send(&mut s, &[&format!("SSUBSCRIBE {ch}")], 1).await;
+    let slot = sidecache_pool::Slot::for_key(ch.as_bytes())
+        .get()
+        .to_string();
+    let src = cluster.node_for(ch);
+    let dst = (src + 1) % 3;
+    let dst_id = support::cli(cluster.nodes[dst].port, &["cluster", "myid"]);
+    // Move the (empty) slot: the new owner first, then the others.
+    for i in [dst, src, (src + 2) % 3] {
+        assert_eq!(
+            support::cli(
+                cluster.nodes[i].port,
+                &["cluster", "setslot", &slot, "node", &dst_id]
+            ),
+            "OK"
+        );
+    }
+    let want = format!(
+        "*3\r\n$12\r\nsunsubscribe\r\n${}\r\n{ch}\r\n:0\r\n",
+        ch.len()
+    );
+    assert_eq!(read_until(&mut s, &want).await, want);
+    assert_eq!(
+        send(&mut s, &[&format!("SSUBSCRIBE {ch}")], 1).await,
+        format!("*3\r\n$10\r\nssubscribe\r\n${}\r\n{ch}\r\n:1\r\n", ch.len())
+    );
+    // The subscription is on the new owner now.
+    assert_eq!(
+        support::cli(cluster.nodes[dst].port, &["pubsub", "shardnumsub", ch]),
+        format!("{ch}\n1")
+    );
+    let mut p = TcpStream::connect(proxy.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // SPUBLISH through sidecache reaches the one local subscriber once the
+    // slot map caught up (a MOVED in between is followed).
+    loop {
+        let got = send(&mut p, &[&format!("SPUBLISH {ch} hi")], 1).await;
+        if got == ":1\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "SPUBLISH answered {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    read_until(&mut s, "$8\r\nsmessage\r\n").await;
+    proxy.stop().await;
 }

@@ -347,6 +347,8 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             // CLIENT LIST [TYPE normal] [ID id …]: a blocked client shows
             // flags=b, as on Redis.
             let mut ids: Option<Vec<u64>> = None;
+            // TYPE pubsub (true) or normal (false).
+            let mut kind: Option<bool> = None;
             let mut i = 2;
             while i < argc {
                 let opt = args[i].to_ascii_lowercase();
@@ -374,7 +376,8 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                             String::from_utf8_lossy(&args[i + 1])
                         ));
                     }
-                    if t != b"normal" {
+                    kind = Some(t == b"pubsub");
+                    if t != b"normal" && t != b"pubsub" {
                         ids = Some(Vec::new());
                     }
                     i += 2;
@@ -392,6 +395,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             let text = shared.with_clients(|c| {
                 c.iter()
                     .filter(|(id, _)| ids.as_ref().map_or(true, |v| v.contains(id)))
+                    .filter(|(_, e)| kind.map_or(true, |k| k == e.subscribed()))
                     .map(|(id, e)| {
                         let line = e.line(*id);
                         if blocked.contains(id) {

@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use sidecache_pool::redirect;
 use sidecache_pool::resp::{self, put_header, Value};
 use sidecache_pool::{Proto, Slot};
 use tokio::sync::mpsc;
@@ -150,6 +151,8 @@ impl Client {
             self.flush().await;
         }
         let before = self.in_pubsub();
+        // Consumed by `silence_from` right after this command.
+        self.pushed = self.st.reply != local::ReplyMode::On;
         if sub {
             self.subscribe(kind, args).await;
         } else {
@@ -160,6 +163,16 @@ impl Client {
 
     fn note_mode(&mut self, before: bool) {
         let now = self.in_pubsub();
+        let counts = self.subs.as_ref().map_or([0; 3], |s| {
+            [s.channels.len(), s.patterns.len(), s.shard.len()]
+        });
+        if counts != self.st.entry.subs {
+            self.st.entry.subs = counts;
+            let (id, entry) = (self.st.id, self.st.entry.clone());
+            self.shared.with_clients(|c| {
+                c.insert(id, entry);
+            });
+        }
         let stats = &self.shared.pubsub.stats;
         match (before, now) {
             (false, true) => {
@@ -212,10 +225,27 @@ impl Client {
             let subs = self.subs_mut();
             if !subs.set(kind).contains(name) {
                 let outbox = Arc::clone(&subs.outbox);
-                if let Err(e) = hub
-                    .subscribe(kind, name, id, &outbox, &addr, &sessions)
-                    .await
-                {
+                let mut to = addr.clone();
+                let mut attempt = 0;
+                // A shard channel's slot moved: follow MOVED, as a cluster
+                // client would (the slot map is refreshed meanwhile).
+                let done = loop {
+                    match hub.subscribe(kind, name, id, &outbox, &to, &sessions).await {
+                        Err(crate::pubsub::HubError::Refused(t)) if kind == Kind::Shard => {
+                            let frame = format!("-{t}\r\n");
+                            match redirect::decide(frame.as_bytes(), attempt) {
+                                redirect::Action::Moved { addr, .. } => {
+                                    self.shared.upstream.request_refresh();
+                                    to = addr;
+                                    attempt += 1;
+                                }
+                                _ => break Err(crate::pubsub::HubError::Refused(t)),
+                            }
+                        }
+                        r => break r,
+                    }
+                };
+                if let Err(e) = done {
                     let msg = match e {
                         crate::pubsub::HubError::Refused(t) => t,
                         other => format!("ERR sidecache: {other}"),
@@ -322,6 +352,8 @@ impl Client {
         let Some(mut s) = self.subs.take() else {
             return;
         };
+        // RESET publishes the entry next; a closed client's is gone.
+        self.st.entry.subs = [0; 3];
         let hub = &self.shared.pubsub;
         let id = self.st.id;
         if s.total() > 0 {
@@ -448,7 +480,7 @@ impl Client {
                         };
                         let (local, ours) = hub.numsub(ch, *shard);
                         resp::put_bulk(&mut self.wbuf, ch);
-                        put_header(&mut self.wbuf, b':', (n - i64::from(ours)).max(0) + local);
+                        put_header(&mut self.wbuf, b':', (n - ours).max(0) + local);
                     }
                 }
                 _ => self.wbuf.extend_from_slice(frame),

@@ -88,7 +88,9 @@ async fn serve(
         tokio::select! {
             cmd = rx.recv() => {
                 let Some(first) = cmd else {
-                    return "no subscriptions left";
+                    // Every UNSUBSCRIBE confirmed before the connection
+                    // closes: until then upstream counts them (PUBLISH).
+                    return drain(hub, id, &mut rd, &mut buf, &mut scanner, &mut sent).await;
                 };
                 let mut next = Some(first);
                 while let Some(c) = next {
@@ -123,6 +125,44 @@ async fn serve(
                 }
                 buf.reserve(16 * 1024);
             }
+        }
+    }
+}
+
+/// Reads until every command sent is answered (bounded by the hub's wait).
+async fn drain(
+    hub: &Weak<Hub>,
+    id: u64,
+    rd: &mut sidecache_pool::conn::ReadHalf,
+    buf: &mut BytesMut,
+    scanner: &mut Scanner,
+    sent: &mut VecDeque<(Kind, Bytes, bool)>,
+) -> &'static str {
+    let wait = match hub.upgrade() {
+        Some(h) => h.wait,
+        None => return "proxy stopping",
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        loop {
+            let n = match scanner.scan(buf) {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(_) => return "protocol error",
+            };
+            let frame = buf.split_to(n).freeze();
+            let Some(h) = hub.upgrade() else {
+                return "proxy stopping";
+            };
+            handle(&h, id, &frame, sent);
+        }
+        if sent.is_empty() {
+            return "no subscriptions left";
+        }
+        buf.reserve(4096);
+        match tokio::time::timeout_at(deadline, rd.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return "no subscriptions left (unconfirmed)",
         }
     }
 }
@@ -192,6 +232,8 @@ fn handle(hub: &Hub, id: u64, frame: &Bytes, sent: &mut VecDeque<(Kind, Bytes, b
                 sent.pop_front();
                 if sub {
                     hub.confirmed(id, kind, &name);
+                } else {
+                    hub.unsubscribed(id, kind, &name);
                 }
             } else if kind == Kind::Shard && !sub {
                 // Redis ended it by itself: the slot moved.
