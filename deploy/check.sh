@@ -37,6 +37,9 @@ repo=$PWD
 
 section() { echo; echo "== $*"; }
 die() { echo "FAIL: $*" >&2; exit 1; }
+# Every passed check is one "ok" line, here and in deploy/checks/*.py, and
+# one line in $DEPLOY_CHECK_TALLY; the last line of output counts them.
+ok() { echo "ok   $*"; [ -z "${DEPLOY_CHECK_TALLY:-}" ] || echo >>"$DEPLOY_CHECK_TALLY"; }
 
 [ "$(id -u)" = 0 ] || die "run as root (chroot, network namespaces)"
 for tool in redis-server redis-cli openssl promtool systemd-analyze unshare ip python3; do
@@ -79,10 +82,15 @@ py=$venv/bin/python
 bin=$venv/bin
 
 work=$(mktemp -d /tmp/sidecache-deploy-check.XXXXXX)
+export DEPLOY_CHECK_TALLY=$work/tally
+: >"$DEPLOY_CHECK_TALLY"
 engine=${CONTAINER_ENGINE:-$(command -v podman >/dev/null 2>&1 && echo podman || echo docker)}
 container=""
 cleanup() {
-  [ -n "$container" ] && "$engine" rm -f "$container" >/dev/null 2>&1
+  local rc=$?
+  [ -z "$container" ] || "$engine" rm -f "$container" >/dev/null 2>&1
+  echo
+  echo "deploy/check.sh: $(wc -l <"$DEPLOY_CHECK_TALLY") passed, $((rc != 0)) failed"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -107,7 +115,7 @@ for f in usr/local/bin/sidecache lib64/ld-linux-x86-64.so.2 bin/bash etc/passwd 
 done
 [ "$(stat -c %u:%g:%a "$work/rootfs/run/sidecache")" = 10001:10001:770 ] \
   || die "/run/sidecache is $(stat -c %u:%g:%a "$work/rootfs/run/sidecache"), want 10001:10001:770"
-echo "ok   root filesystem: binary, loader, bash, /etc files; /run/sidecache 10001:10001 0770"
+ok "root filesystem: binary, loader, bash, /etc files; /run/sidecache 10001:10001 0770"
 "$kubectl" kustomize deploy/kubernetes/kustomize/example >"$work/kustomized.yaml"
 mkdir "$work/run"
 unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh \
@@ -121,19 +129,21 @@ section "flags"
 section "compose"
 yamllint=("$bin/yamllint" --strict -c deploy/checks/yamllint.yaml)
 "$bin/podman-compose" -f deploy/compose.yaml config >"$work/compose.out"
-echo "ok   podman-compose config"
-"$bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose.yaml
+ok "podman-compose config"
+"$bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose.yaml >"$work/compose-schema.out" \
+  || { cat "$work/compose-schema.out" >&2; die "deploy/compose.yaml against the Compose JSON schema"; }
+ok "check-jsonschema: the Compose JSON schema"
 "${yamllint[@]}" deploy/compose.yaml
-echo "ok   yamllint deploy/compose.yaml"
+ok "yamllint deploy/compose.yaml"
 
 # --- kubernetes --------------------------------------------------------------------
 section "kubernetes"
 mapfile -t k8s_yaml < <(find deploy/kubernetes -name '*.yaml' | sort)
 "${yamllint[@]}" "${k8s_yaml[@]}"
-echo "ok   yamllint ${k8s_yaml[*]}"
+ok "yamllint ${k8s_yaml[*]}"
 for v in 1.29.0 1.37.0; do
   "$bin/kubernetes-validate" --strict --quiet -k "$v" deploy/kubernetes/sidecar.yaml "$work/kustomized.yaml"
-  echo "ok   kubernetes-validate --strict -k $v: sidecar.yaml and the rendered kustomize example"
+  ok "kubernetes-validate --strict -k $v: sidecar.yaml and the rendered kustomize example"
 done
 "$py" deploy/checks/files.py same-objects "$work/kustomized.yaml" deploy/kubernetes/sidecar.yaml
 "$py" deploy/checks/files.py component "$kubectl" deploy/kubernetes/kustomize/sidecar "$work/component"
@@ -153,13 +163,11 @@ if [ "$rc" -ne 0 ] || grep -q "sidecache.service" "$work/unit/verify.out"; then
   cat "$work/unit/verify.out" >&2
   die "systemd-analyze verify (exit $rc)"
 fi
-echo "ok   systemd-analyze verify deploy/sidecache.service"
+ok "systemd-analyze verify deploy/sidecache.service"
 
 # --- grafana -----------------------------------------------------------------------
 section "grafana"
 "$py" deploy/checks/files.py grafana deploy/grafana/sidecache.json "$work/run/metrics.txt" "$work/rules.yaml"
 promtool check rules "$work/rules.yaml" >"$work/promtool.out" 2>&1 || { cat "$work/promtool.out" >&2; die "promtool check rules"; }
-echo "ok   promtool check rules: every dashboard query parses as PromQL"
+ok "promtool check rules: every dashboard query parses as PromQL"
 
-echo
-echo "deploy/check.sh: all deployment checks passed"

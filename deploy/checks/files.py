@@ -34,6 +34,9 @@ def fail(msg):
 
 def ok(msg):
     print(f"ok   {msg}", flush=True)
+    if os.environ.get("DEPLOY_CHECK_TALLY"):
+        with open(os.environ["DEPLOY_CHECK_TALLY"], "a") as f:
+            f.write("\n")
 
 
 def deploy(path):
