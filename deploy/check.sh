@@ -14,6 +14,8 @@
 #               resolution through /etc/hosts and through a DNS server,
 #               rediss://, the Unix socket, the health check and probes
 #               (deploy/checks/image.py)
+#   quickstart  deploy/quickstart.sh, cluster and standalone: start, use,
+#               status, stop (deploy/checks/quickstart.sh)
 #   flags       every flag and SIDECACHE_* variable in the deploy files is in
 #               the image binary's --help (deploy/checks/files.py)
 #   compose     podman-compose config, the Compose JSON schema, yamllint
@@ -120,6 +122,11 @@ ok "root filesystem: binary, loader, bash, /etc files; /run/sidecache 10001:1000
 mkdir "$work/run"
 unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh \
   "$py" deploy/checks/image.py run "$work/rootfs" "$work/inspect.json" "$work/run" "$work/kustomized.yaml"
+
+# --- quickstart --------------------------------------------------------------------
+section "quickstart"
+unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh \
+  deploy/checks/quickstart.sh "$work/rootfs/usr/local/bin/sidecache" "$work"
 
 # --- flags -------------------------------------------------------------------------
 section "flags"

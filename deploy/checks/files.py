@@ -83,6 +83,11 @@ def check_flags(help_path):
     exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     used += [("sidecache.service", a) for a in exec_start.split() if a.startswith("--")]
     used += [("sidecache.service", v) for v in re.findall(r"\b(SIDECACHE_[A-Z0-9_]+)=", unit)]
+    qs = open(deploy("quickstart.sh")).read()
+    start = re.search(r'"\$SIDECACHE_BIN" \\\n((?:.*\\\n)+)', qs)
+    if not start:
+        fail("quickstart.sh: no sidecache command line found")
+    used += [("quickstart.sh", a) for a in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", start.group(1))]
     toml = open(deploy("sidecache.toml.example")).read()
     used += [("sidecache.toml.example", "--" + k.replace("_", "-"))
              for k in re.findall(r"^#? ?([a-z][a-z0-9_]*) = ", toml, re.M)]
