@@ -120,7 +120,7 @@ done
 ok "root filesystem: binary, loader, bash, /etc files; /run/sidecache 10001:10001 0770"
 "$kubectl" kustomize deploy/kubernetes/kustomize/example >"$work/kustomized.yaml"
 mkdir "$work/run"
-unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh \
+unshare --net --mount -- sh -c 'ip link set lo up && exec "$@"' sh \
   "$py" deploy/checks/image.py run "$work/rootfs" "$work/inspect.json" "$work/run" "$work/kustomized.yaml"
 
 # --- quickstart --------------------------------------------------------------------

@@ -7,7 +7,8 @@ under chroot instead, which runs the image's loader, libc and binary.
         The image's configuration: user, entrypoint, command, port, stop
         signal, health check, size.
     image.py run ROOTFS INSPECT.json OUT_DIR [RENDERED_K8S.yaml]
-        As root, inside a network namespace of its own (`unshare --net`):
+        As root, inside network and mount namespaces of its own
+        (`unshare --net --mount`):
         runs the image's binary from ROOTFS the way each deployment file
         starts it, against real redis-servers on loopback, and checks that
         it serves and that the probes those files name answer. Leaves
@@ -280,6 +281,16 @@ def scenario_tls(run, cfg, tls_dir):
     shutil.rmtree(inside)
 
 
+def mount(*args):
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"mount {' '.join(args)}: {r.stderr.strip()}")
+
+
+def umount(path):
+    subprocess.run(["umount", path], check=True)
+
+
 def k8s_sidecar(rendered):
     docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
     dep = next(d for d in docs if d["kind"] == "Deployment")
@@ -305,6 +316,15 @@ def scenario_kubernetes(run, cfg, rendered):
             fail(f"env {e['name']} from {e.get('valueFrom')}: the check cannot stand in for it")
     sec = sc["securityContext"]
     user = f"{sec['runAsUser']}:{sec['runAsGroup']}"
+    # The pod's view of the file system: the image read-only when the
+    # manifest says so, the shared emptyDir a writable tmpfs of group
+    # fsGroup (this runs in a mount namespace of its own).
+    mount_path = next(m["mountPath"] for m in sc["volumeMounts"] if m["name"] == "sidecache-run")
+    volume = os.path.join(run.root, mount_path.lstrip("/"))
+    if sec.get("readOnlyRootFilesystem"):
+        mount("--bind", run.root, run.root)
+        mount("-o", "remount,bind,ro", run.root)
+    mount("-t", "tmpfs", "-o", f"mode=2777,gid={pod['securityContext']['fsGroup']}", "tmpfs", volume)
     p = run.start("kubernetes", argv, env=env_with(env), user=user)
     ports = {pt["name"]: pt["containerPort"] for pt in sc.get("ports", [])}
     for probe in ["startupProbe", "livenessProbe", "readinessProbe"]:
@@ -315,15 +335,18 @@ def scenario_kubernetes(run, cfg, rendered):
         wait_for(f"{probe} GET :{port}{get['path']}",
                  lambda: http(port, get["path"], host="127.0.0.2")[0] == 200, p)
         ok(f"kubernetes {probe}: GET {get['path']} on {get['port']} ({port}) answers 200 on a non-loopback-default address")
-    mount = next(m["mountPath"] for m in sc["volumeMounts"] if m["name"] == "sidecache-run")
     sock = env.get("SIDECACHE_UNIX_SOCKET", "")
-    if not sock.startswith(mount + "/"):
-        fail(f"socket {sock} is not on the shared volume {mount}")
+    if not sock.startswith(mount_path + "/"):
+        fail(f"socket {sock} is not on the shared volume {mount_path}")
     serves("kubernetes", port=6380)
     serves("kubernetes", sock=os.path.join(run.root, sock.lstrip("/")))
-    ok(f"kubernetes: serves on 127.0.0.1:6380 and {sock} (the volume shared with the app)")
+    ok(f"kubernetes: serves on 127.0.0.1:6380 and {sock} (the volume shared with the app)"
+       + (", image mounted read-only" if sec.get("readOnlyRootFilesystem") else ""))
     if run.stop(p) != 0:
         fail(f"exit status after SIGTERM: {tail(p)}")
+    umount(volume)
+    if sec.get("readOnlyRootFilesystem"):
+        umount(run.root)
 
 
 def scenario_compose(run, cfg, health):
@@ -336,13 +359,24 @@ def scenario_compose(run, cfg, health):
     env["SIDECACHE_UPSTREAM"] = "redis://localhost:6379"
     argv = svc.get("entrypoint", cfg["Entrypoint"]) + svc.get("command", cfg["Cmd"])
     user = svc.get("user", cfg["User"])
+    # The socket volume as compose.yaml defines it (a tmpfs with its options).
+    volume = None
+    for v in svc.get("volumes", []):
+        name, target = v.split(":")[:2]
+        opts = (comp.get("volumes", {}).get(name) or {}).get("driver_opts", {})
+        if opts.get("type") == "tmpfs":
+            volume = os.path.join(run.root, target.lstrip("/"))
+            mount("-t", "tmpfs", "-o", opts["o"], opts.get("device", "tmpfs"), volume)
     p = run.start("compose", argv, env=env_with(env), user=user)
     wait_for("the image's health check with compose's settings", lambda: healthy(run, health, user), p)
     serves("compose", port=6380)
     serves("compose", sock=os.path.join(run.root, env["SIDECACHE_UNIX_SOCKET"].lstrip("/")))
-    ok("compose: health check passes, serves on 127.0.0.1:6380 and the socket")
+    ok("compose: health check passes, serves on 127.0.0.1:6380 and the socket"
+       + (" (on the tmpfs volume as compose.yaml mounts it)" if volume else ""))
     if run.stop(p) != 0:
         fail(f"exit status after SIGTERM: {tail(p)}")
+    if volume:
+        umount(volume)
 
 
 def scenario_systemd(run):
