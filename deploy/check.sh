@@ -8,12 +8,12 @@
 #   image       deploy/image.sh (podman or docker), then the image's config
 #               (user 10001, entrypoint, command, port, stop signal, health
 #               check, size <= 25 MiB); its root filesystem exported and its
-#               binary run under chroot in a network namespace of its own,
-#               against real redis-servers, as the image, the Kubernetes
-#               manifest, compose.yaml and the systemd unit start it: name
-#               resolution through /etc/hosts and through a DNS server,
-#               rediss://, the Unix socket, the health check and probes
-#               (deploy/checks/image.py)
+#               binary run under chroot, in network and mount namespaces of
+#               its own, against real redis-servers, as the image, the
+#               Kubernetes manifest (read-only root), compose.yaml and the
+#               systemd unit start it: name resolution through /etc/hosts
+#               and through a DNS server, rediss://, the Unix socket, the
+#               health check and probes (deploy/checks/image.py)
 #   quickstart  deploy/quickstart.sh, cluster and standalone: start, use,
 #               status, stop (deploy/checks/quickstart.sh)
 #   flags       every flag and SIDECACHE_* variable in the deploy files is in
