@@ -58,11 +58,11 @@ for exe in "$out/usr/local/bin/sidecache" "$out/bin/bash"; do
     echo "rootfs: ldd $exe failed (not a dynamically linked glibc executable?)" >&2
     exit 1
   fi
-  for lib in $(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$deps"); do
+  while read -r lib; do
     [ -e "$out$lib" ] && continue
     mkdir -p "$out$(dirname "$lib")"
     install -m 0755 "$(readlink -f "$lib")" "$out$lib"
-  done
+  done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$deps")
 done
 
 cat >"$out/etc/passwd" <<'EOF'
