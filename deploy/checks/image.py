@@ -379,13 +379,23 @@ def scenario_compose(run, cfg, health):
         umount(volume)
 
 
-def scenario_systemd(run):
-    """The systemd unit's ExecStart with the example TOML installed where the
-    unit's header says (its upstream is redis://127.0.0.1:6379)."""
+def scenario_systemd(run, cfg):
+    """The systemd unit's ExecStart, with the binary and the example TOML
+    installed where the unit's header says (the TOML's upstream is
+    redis://127.0.0.1:6379)."""
     unit = open(os.path.join(REPO, "deploy/sidecache.service")).read()
     exec_start = next(l.split("=", 1)[1] for l in unit.splitlines() if l.startswith("ExecStart="))
     argv = exec_start.split()
-    conf = re.search(r"--config\s+(\S+)", exec_start).group(1)
+    installed = dict((src, dst) for src, dst in
+                     re.findall(r"^#\s+install -m \d+ (\S+) (\S+)$", unit, re.M))
+    if installed.get("target/release/sidecache") != argv[0]:
+        fail(f"the unit's header installs the binary as {installed.get('target/release/sidecache')}, "
+             f"ExecStart runs {argv[0]}")
+    if argv[0] != cfg["Entrypoint"][0]:
+        fail(f"ExecStart runs {argv[0]}, the image's binary is {cfg['Entrypoint'][0]}")
+    conf = installed.get("deploy/sidecache.toml.example")
+    if not conf:
+        fail("the unit's header does not say where sidecache.toml.example goes")
     dst = os.path.join(run.root, conf.lstrip("/"))
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     shutil.copy(os.path.join(REPO, "deploy/sidecache.toml.example"), dst)
@@ -394,7 +404,8 @@ def scenario_systemd(run):
     wait_for("/readyz with sidecache.toml.example", lambda: http(9121, "/readyz")[0] == 200, p)
     serves("systemd", port=6380)
     serves("systemd", sock=os.path.join(run.root, "run/sidecache/sidecache.sock"))
-    ok(f"systemd: `{exec_start}` with sidecache.toml.example serves on 127.0.0.1:6380 and the socket")
+    ok(f"systemd: `{exec_start}`, with sidecache.toml.example installed as the unit's header says, "
+       "serves on 127.0.0.1:6380 and the socket")
     if run.stop(p) != 0:
         fail(f"exit status after SIGTERM: {tail(p)}")
     shutil.rmtree(os.path.dirname(dst))
@@ -450,7 +461,7 @@ def run_all(root, inspect_path, out, rendered):
         if rendered:
             scenario_kubernetes(run, cfg, rendered)
         scenario_compose(run, cfg, health)
-        scenario_systemd(run)
+        scenario_systemd(run, cfg)
     finally:
         run.stop_all()
 
