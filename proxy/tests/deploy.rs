@@ -2,7 +2,10 @@
 //! parse, they hold what the docs promise (probes, drain budget, non-root,
 //! the Unix socket volume, the health check), the systemd unit passes
 //! `systemd-analyze verify` when that is installed, and the flags and
-//! variables they use are ones the binary accepts.
+//! variables they use are ones the binary accepts. `deploy/check.sh` goes
+//! further (builds the image and runs its binary under chroot, validates
+//! against schemas, renders the kustomize files); these tests are the part
+//! that needs nothing but `cargo test`.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::PathBuf;
@@ -246,4 +249,95 @@ fn systemd_unit_verifies() {
         .collect();
     assert!(out.status.success() || ours.is_empty(), "{report}");
     assert!(ours.is_empty(), "{report}");
+}
+
+/// The lines of a Dockerfile from its first `USER` on: the runtime image's
+/// configuration.
+fn runtime_config(file: &str) -> Vec<String> {
+    deploy(file)
+        .lines()
+        .skip_while(|l| !l.starts_with("USER "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn both_dockerfiles_make_the_same_runtime_image() {
+    let source = deploy("Dockerfile");
+    let prebuilt = deploy("Dockerfile.prebuilt");
+    let from_lines = |d: &str| -> Vec<String> {
+        d.lines()
+            .filter(|l| l.starts_with("FROM "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(from_lines(&source).last().unwrap(), "FROM scratch");
+    assert_eq!(from_lines(&prebuilt), ["FROM scratch"], "no base image");
+    // The same root filesystem (deploy/rootfs.sh), the socket directory
+    // given to the runtime user.
+    assert!(source.contains("deploy/rootfs.sh target/release/sidecache /rootfs"));
+    assert!(source.contains("COPY --from=builder /rootfs/ /\n"));
+    assert!(source.contains("COPY --from=builder --chown=10001:10001 /rootfs/run/ /run/\n"));
+    assert!(prebuilt.contains("COPY rootfs/ /\n"));
+    assert!(prebuilt.contains("COPY --chown=10001:10001 rootfs/run/ /run/\n"));
+    let (a, b) = (
+        runtime_config("Dockerfile"),
+        runtime_config("Dockerfile.prebuilt"),
+    );
+    assert!(a.len() > 5, "{a:?}");
+    assert_eq!(a, b, "the runtime stages differ");
+    // The health check runs a program the scratch image holds.
+    assert!(a.iter().any(|l| l.contains(r#"CMD ["/bin/bash", "-c""#)));
+    let cmd = a.iter().find_map(|l| l.strip_prefix("CMD ")).unwrap();
+    let args: Vec<String> = cmd
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|s| s.trim_matches('"').to_owned())
+        .collect();
+    assert_eq!(args, ["--listen", "0.0.0.0:6380"]);
+    accepted(&args, &[]);
+}
+
+#[test]
+fn kustomize_component_adds_the_manifests_sidecar() {
+    let patch = &yaml("kubernetes/kustomize/sidecar/patch.yaml")[0];
+    let manifest = yaml("kubernetes/sidecar.yaml");
+    let dep = manifest
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .unwrap();
+    let sidecar = |pod: &Yaml| -> Yaml {
+        pod["initContainers"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"].as_str() == Some("sidecache"))
+            .cloned()
+            .expect("the sidecache init container")
+    };
+    let (p, m) = (
+        s(patch, &["spec", "template", "spec"]),
+        s(dep, &["spec", "template", "spec"]),
+    );
+    assert_eq!(
+        sidecar(p),
+        sidecar(m),
+        "patch.yaml's sidecar drifted from sidecar.yaml's"
+    );
+    assert_eq!(p["volumes"], m["volumes"]);
+    assert_eq!(
+        p["terminationGracePeriodSeconds"],
+        m["terminationGracePeriodSeconds"]
+    );
+    assert_eq!(s(p, &["securityContext", "fsGroup"]).as_i64(), Some(10001));
+    // It picks the workloads the manifest's Deployment is marked as.
+    let k = &yaml("kubernetes/kustomize/sidecar/kustomization.yaml")[0];
+    assert_eq!(k["kind"].as_str(), Some("Component"));
+    let marked = s(dep, &["metadata", "annotations", "sidecache/inject"]).as_str();
+    for t in k["patches"].as_vec().unwrap() {
+        assert_eq!(
+            t["target"]["annotationSelector"].as_str(),
+            marked.map(|v| format!("sidecache/inject={v}")).as_deref()
+        );
+    }
 }
