@@ -85,6 +85,15 @@ enum Inval {
     All,
 }
 
+/// A forwarded PUBLISH or PUBSUB NUMSUB (see [`Pending::Receivers`]).
+struct Receivers {
+    node: u32,
+    idx: u32,
+    slot: Option<Slot>,
+    cmd: Bytes,
+    adjust: subscribed::Adjust,
+}
+
 /// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`).
 struct Fetch {
     node: u32,
@@ -141,14 +150,9 @@ enum Pending {
         proxy: crate::info::Sections,
     },
     /// PUBLISH or PUBSUB NUMSUB forwarded: its counts adjusted for the
-    /// hub's shared subscriptions.
-    Receivers {
-        node: u32,
-        idx: u32,
-        slot: Option<Slot>,
-        cmd: Bytes,
-        adjust: subscribed::Adjust,
-    },
+    /// hub's shared subscriptions (boxed: rare, and every pending entry
+    /// is as large as the largest).
+    Receivers(Box<Receivers>),
 }
 
 impl Pending {
@@ -469,7 +473,7 @@ impl Client {
             }
             Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
             Handling::PubSub { kind, sub } => self.pubsub(kind, sub, lname, args).await,
-            Handling::Monitor => self.monitor(),
+            Handling::Monitor => self.monitor().await,
             Handling::Publish { shard } if args.len() == 3 => {
                 let (node, slot) = if shard && cluster {
                     let slot = Slot::for_key(&args[1]);
@@ -484,7 +488,7 @@ impl Client {
                     (0, None)
                 };
                 let (node, idx) = self.enqueue(node, &req.raw);
-                self.pending.push(Pending::Receivers {
+                self.pending.push(Pending::Receivers(Box::new(Receivers {
                     node,
                     idx,
                     slot,
@@ -493,7 +497,7 @@ impl Client {
                         channel: args[1].clone(),
                         shard,
                     },
-                });
+                })));
             }
             Handling::NumSub { shard } if !cluster || !shard || args.len() <= 3 => {
                 let (node, slot) = match (shard && cluster, args.get(2)) {
@@ -510,13 +514,13 @@ impl Client {
                     _ => (0, None),
                 };
                 let (node, idx) = self.enqueue(node, &req.raw);
-                self.pending.push(Pending::Receivers {
+                self.pending.push(Pending::Receivers(Box::new(Receivers {
                     node,
                     idx,
                     slot,
                     cmd: req.raw.clone(),
                     adjust: subscribed::Adjust::NumSub { shard },
-                });
+                })));
             }
             Handling::MaybeBlocking if blocking::has_block_arg(args) => {
                 return self.dispatch_blocking(info, lname, req, inval);
@@ -729,7 +733,7 @@ pub async fn serve<S>(
                 Ok(0) | Err(_) => break,
                 Ok(_) => client.metrics.read(),
             },
-            next = subscribed::next(&mut client.subs) => {
+            next = subscribed::next(&mut client.subs), if client.subs.is_some() => {
                 let subscribed::Next::Delivery(d) = next else {
                     break;
                 };

@@ -403,6 +403,13 @@ async fn monitor_shows_l1_hits_and_write_behind() {
         upstream_gets,
         "an L1 hit"
     );
+    // What a script runs inside Redis shows too, after the script itself.
+    let eval = "EVAL redis.call('set',KEYS[1],ARGV[1]) 1 scripted 1";
+    let mut e = TcpStream::connect(proxy.addr).await.unwrap();
+    e.write_all(enc(eval).as_bytes()).await.unwrap();
+    let got = read_until(&mut m, "lua] \"set\" \"scripted\" \"1\"").await;
+    let (at_eval, at_lua) = (got.find("\"EVAL\""), got.find("lua]"));
+    assert!(at_eval.is_some() && at_eval < at_lua, "{got}");
     proxy.stop().await;
 }
 

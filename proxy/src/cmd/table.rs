@@ -23,7 +23,8 @@ pub struct Flags {
     pub movablekeys: bool,
     /// Pub/sub command.
     pub pubsub: bool,
-    /// Not shown to MONITOR (`admin` or `skip_monitor`).
+    /// Not shown to MONITOR (`admin`; `skip_monitor` marks the scripts,
+    /// which Redis shows before they run rather than after).
     pub no_monitor: bool,
 }
 
@@ -450,7 +451,7 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
             Some(b"blocking") => flags.blocking = true,
             Some(b"movablekeys") => flags.movablekeys = true,
             Some(b"pubsub") => flags.pubsub = true,
-            Some(b"admin" | b"skip_monitor") => flags.no_monitor = true,
+            Some(b"admin") => flags.no_monitor = true,
             _ => {}
         }
     }

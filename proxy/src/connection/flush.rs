@@ -228,14 +228,8 @@ impl Client {
                         None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
                     }
                 }
-                Pending::Receivers {
-                    node,
-                    idx,
-                    slot,
-                    cmd,
-                    adjust,
-                } => match self.reply_of(node, idx, slot, &cmd).await {
-                    Ok(f) => self.adjust_receivers(&f, &adjust),
+                Pending::Receivers(r) => match self.reply_of(r.node, r.idx, r.slot, &r.cmd).await {
+                    Ok(f) => self.adjust_receivers(&f, &r.adjust),
                     Err(e) => {
                         errors += 1;
                         upstream_error(&mut self.wbuf, &e);

@@ -317,12 +317,15 @@ impl Client {
     }
 
     /// MONITOR: every command this proxy receives from now on.
-    pub(super) fn monitor(&mut self) {
+    pub(super) async fn monitor(&mut self) {
         let id = self.st.id;
         let hub = Arc::clone(&self.shared.pubsub);
+        let sessions = Arc::clone(self.shared.upstream.sessions());
+        let nodes = self.topo.nodes().iter().map(|n| n.addr().clone()).collect();
         let subs = self.subs_mut();
         subs.monitor = true;
-        hub.monitor(id, &subs.outbox);
+        let outbox = Arc::clone(&subs.outbox);
+        hub.monitor(id, &outbox, nodes, &sessions).await;
         self.local_reply(|r| r.ok());
     }
 
@@ -335,13 +338,11 @@ impl Client {
         if req.args[0].eq_ignore_ascii_case(b"monitor") {
             return;
         }
-        if self
-            .shared
-            .table
-            .lookup(&req.args)
-            .is_some_and(|i| i.flags.no_monitor)
-        {
-            return;
+        // As Redis: only commands that run (known, right arity), and not
+        // the administrative ones.
+        match self.shared.table.lookup(&req.args) {
+            Some(i) if !i.flags.no_monitor && i.arity_ok(req.args.len()) => {}
+            _ => return,
         }
         let line = crate::pubsub::monitor::line(self.st.db, &self.st.entry.addr, &req.args);
         self.shared.pubsub.feed(line);

@@ -4,12 +4,80 @@
 //! sidecache's MONITOR shows every command this proxy receives, including
 //! those it answers from the L1 or acknowledges from memory, which Redis's
 //! own MONITOR never sees. As in Redis, administrative commands are not
-//! shown (the `admin` and `skip_monitor` flags of `COMMAND`), and the
+//! shown (the `admin` flag of `COMMAND`), and the
 //! arguments of AUTH and of HELLO's AUTH are shown as `(redacted)`.
 
+use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use sidecache_pool::config::NodeAddr;
+use sidecache_pool::resp::Scanner;
+use sidecache_pool::session::SessionPool;
+use sidecache_pool::{Proto, Session};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::Hub;
+
+/// Follows Redis's own MONITOR on one node while sidecache has MONITOR
+/// clients, passing on only the lines of commands that scripts and
+/// functions ran (`[0 lua] …`): sidecache's own feed already shows every
+/// command a client sent.
+pub(super) async fn follow_scripts(
+    hub: Weak<Hub>,
+    addr: NodeAddr,
+    sessions: Arc<SessionPool>,
+    stop: CancellationToken,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let Some(wait) = hub.upgrade().map(|h| h.wait) else {
+        return;
+    };
+    let session = Session {
+        db: 0,
+        proto: Proto::Resp2,
+    };
+    let conn = tokio::select! {
+        c = sessions.splice(&addr, session, wait) => c,
+        () = stop.cancelled() => return,
+    };
+    let Ok(conn) = conn else {
+        return;
+    };
+    let mut rd = conn.rd;
+    let mut wr = conn.wr;
+    if wr.write_all(b"MONITOR\r\n").await.is_err() {
+        return;
+    }
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut scanner = Scanner::new();
+    // Its `+OK` first: from then on every script's commands show.
+    let mut ready = Some(ready);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            r = rd.read_buf(&mut buf) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+        }
+        while let Ok(Some(n)) = scanner.scan(&buf) {
+            let frame = buf.split_to(n).freeze();
+            if let Some(r) = ready.take() {
+                let _ = r.send(());
+                continue;
+            }
+            if frame.first() == Some(&b'+') && frame.windows(6).any(|w| w == b" lua] ") {
+                let Some(h) = hub.upgrade() else {
+                    return;
+                };
+                h.feed(frame);
+            }
+        }
+        buf.reserve(16 * 1024);
+    }
+}
 
 /// Encodes one MONITOR line for a command `args` from client `addr` in
 /// database `db`, as a RESP status reply.
@@ -34,7 +102,8 @@ pub fn line(db: u16, addr: &str, args: &[Bytes]) -> Bytes {
     out.freeze()
 }
 
-/// Which arguments are secrets: AUTH's, and the two after HELLO's AUTH.
+/// Which arguments are secrets: AUTH's, the two after HELLO's AUTH, and
+/// MIGRATE's AUTH password or AUTH2 username and password.
 fn redaction(args: &[Bytes]) -> std::ops::Range<usize> {
     let Some(name) = args.first() else {
         return 0..0;
@@ -45,6 +114,20 @@ fn redaction(args: &[Bytes]) -> std::ops::Range<usize> {
     if name.eq_ignore_ascii_case(b"hello") {
         if let Some(p) = args.iter().position(|a| a.eq_ignore_ascii_case(b"auth")) {
             return p + 1..p + 3;
+        }
+    }
+    if name.eq_ignore_ascii_case(b"migrate") {
+        // MIGRATE … AUTH password | AUTH2 username password
+        for (i, a) in args.iter().enumerate().skip(6) {
+            if a.eq_ignore_ascii_case(b"auth") {
+                return i + 1..i + 2;
+            }
+            if a.eq_ignore_ascii_case(b"auth2") {
+                return i + 1..i + 3;
+            }
+            if a.eq_ignore_ascii_case(b"keys") {
+                break;
+            }
         }
     }
     0..0
@@ -104,6 +187,24 @@ mod tests {
         let (secs, micros) = ts.split_once('.').unwrap();
         assert!(secs.parse::<u64>().unwrap() > 1_600_000_000);
         assert_eq!(micros.len(), 6);
+    }
+
+    #[test]
+    fn migrate_secrets_redacted() {
+        let l = line(
+            0,
+            "a",
+            &args(&[
+                b"migrate", b"h", b"1", b"key", b"9", b"5000", b"AUTH2", b"u", b"p",
+            ]),
+        );
+        assert!(l.ends_with(b"\"5000\" \"AUTH2\" \"(redacted)\" \"(redacted)\"\r\n"));
+        let l = line(
+            0,
+            "a",
+            &args(&[b"migrate", b"h", b"1", b"key", b"9", b"5000", b"AUTH", b"p"]),
+        );
+        assert!(l.ends_with(b"\"AUTH\" \"(redacted)\"\r\n"));
     }
 
     #[test]
