@@ -62,7 +62,7 @@ def check_config(inspect_path):
     want = {
         "User": USER,
         "Entrypoint": ["/usr/local/bin/sidecache"],
-        "Cmd": ["--listen", "0.0.0.0:6380"],
+        "Cmd": ["--listen", "0.0.0.0:6380", "--protected-mode", "no"],
         "StopSignal": "SIGTERM",
     }
     for key, value in want.items():

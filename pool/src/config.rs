@@ -193,6 +193,8 @@ pub struct UpstreamConfig {
     pub write: crate::write_behind::WriteConfig,
     /// How the L1 stays coherent with other writers.
     pub coherence: crate::tracking::Coherence,
+    /// TCP keepalive idle time of upstream sockets (`None`: off).
+    pub tcp_keepalive: Option<Duration>,
 }
 
 impl Default for UpstreamConfig {
@@ -209,6 +211,7 @@ impl Default for UpstreamConfig {
             max_reply_bulk: 1 << 30,
             write: crate::write_behind::WriteConfig::default(),
             coherence: crate::tracking::Coherence::default(),
+            tcp_keepalive: Some(Duration::from_secs(300)),
         }
     }
 }

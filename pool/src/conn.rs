@@ -23,6 +23,20 @@ pub struct Connector {
     credentials: Option<Credentials>,
     connect_timeout: Duration,
     max_reply_bulk: usize,
+    keepalive: Option<Duration>,
+}
+
+/// Turns on TCP keepalive: probes after `idle` without traffic, then every
+/// `idle / 3` (as Redis's `tcp-keepalive` does), so a peer that vanished
+/// (host gone, half-open connection) is noticed.
+///
+/// # Errors
+/// The socket option's error.
+pub fn set_keepalive(tcp: &TcpStream, idle: Duration) -> std::io::Result<()> {
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval((idle / 3).max(Duration::from_secs(1)));
+    socket2::SockRef::from(tcp).set_tcp_keepalive(&ka)
 }
 
 impl std::fmt::Debug for Connector {
@@ -60,6 +74,7 @@ impl Connector {
             credentials: first.credentials.clone(),
             connect_timeout: cfg.connect_timeout,
             max_reply_bulk: cfg.max_reply_bulk,
+            keepalive: cfg.tcp_keepalive,
         })
     }
 
@@ -103,6 +118,9 @@ impl Connector {
             .await
             .map_err(cerr)?;
         tcp.set_nodelay(true).map_err(cerr)?;
+        if let Some(idle) = self.keepalive {
+            set_keepalive(&tcp, idle).map_err(cerr)?;
+        }
         let (mut rd, mut wr): (ReadHalf, WriteHalf) = match &self.tls {
             None => {
                 let (r, w) = tcp.into_split();
@@ -263,4 +281,21 @@ pub fn expect_ok(frame: &Bytes) -> Result<Value> {
         return Err(Error::Topology(String::from_utf8_lossy(t).into_owned()));
     }
     Ok(Value::decode(frame)?)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keepalive_is_set_as_asked() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        set_keepalive(&tcp, Duration::from_secs(120)).unwrap();
+        let s = socket2::SockRef::from(&tcp);
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(120));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(40));
+    }
 }

@@ -58,6 +58,16 @@ pub enum TrackingArg {
     Off,
 }
 
+/// A Redis-style yes/no setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum YesNo {
+    /// On.
+    Yes,
+    /// Off.
+    No,
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -175,6 +185,21 @@ pub struct Options {
         value_delimiter = ','
     )]
     pub client_output_buffer_limit: Vec<String>,
+
+    /// Close a client idle for this many seconds, as Redis's `timeout`
+    /// (never one blocked in a command, subscribed, or in MONITOR); 0 never [default: 0].
+    #[arg(long, env = "SIDECACHE_TIMEOUT", value_name = "SECS")]
+    pub timeout: Option<u64>,
+
+    /// TCP keepalive of client and upstream sockets: probes after this many
+    /// idle seconds, as Redis's `tcp-keepalive`; 0 off [default: 300].
+    #[arg(long, env = "SIDECACHE_TCP_KEEPALIVE", value_name = "SECS")]
+    pub tcp_keepalive: Option<u64>,
+
+    /// Refuse to start listening on a non-loopback address without
+    /// --requirepass, as Redis's protected mode [default: yes].
+    #[arg(long, env = "SIDECACHE_PROTECTED_MODE", value_enum)]
+    pub protected_mode: Option<YesNo>,
 
     /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
     #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
@@ -347,6 +372,10 @@ pub struct Config {
     pub write_mode: WriteMode,
     /// The output limit of subscribers and MONITOR clients.
     pub output_limit_pubsub: crate::pubsub::OutputLimit,
+    /// Idle clients are closed after this long (`None`: never).
+    pub timeout: Option<Duration>,
+    /// TCP keepalive idle time of client sockets (`None`: off).
+    pub tcp_keepalive: Option<Duration>,
 }
 
 impl Options {
@@ -377,6 +406,9 @@ impl Options {
             max_session_connections: self
                 .max_session_connections
                 .or(file.max_session_connections),
+            timeout: self.timeout.or(file.timeout),
+            tcp_keepalive: self.tcp_keepalive.or(file.tcp_keepalive),
+            protected_mode: self.protected_mode.or(file.protected_mode),
             client_output_buffer_limit: if self.client_output_buffer_limit.is_empty() {
                 file.client_output_buffer_limit
             } else {
@@ -643,6 +675,26 @@ impl Config {
                 .collect(),
         };
         let output_limit_pubsub = output_limits(&o.client_output_buffer_limit)?;
+        let requirepass = o.requirepass.filter(|p| !p.is_empty());
+        if o.protected_mode != Some(YesNo::No)
+            && requirepass.is_none()
+            && !listen.ip().is_loopback()
+        {
+            return Err(err(
+                "--listen",
+                format!(
+                    "{listen} is not a loopback address and no --requirepass is set: \
+                     anyone who reaches it could use the upstream (protected mode). \
+                     Set --requirepass, or --protected-mode no to serve it anyway"
+                ),
+            ));
+        }
+        let tcp_keepalive = match o.tcp_keepalive.unwrap_or(300) {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        };
+        let mut upstream = upstream;
+        upstream.tcp_keepalive = tcp_keepalive;
         Ok(Config {
             l1,
             output_limit_pubsub,
@@ -658,7 +710,9 @@ impl Config {
                 DEFAULT_CLIENT_QUERY_BUFFER_LIMIT,
             )?,
             maxclients,
-            requirepass: o.requirepass.filter(|p| !p.is_empty()),
+            requirepass,
+            timeout: o.timeout.filter(|&s| s > 0).map(Duration::from_secs),
+            tcp_keepalive,
             shutdown_timeout: secs("--shutdown-timeout", o.shutdown_timeout, 30.0)?,
             log_level: o.log_level.unwrap_or_else(|| "info".into()),
             log_format: o.log_format.unwrap_or(LogFormat::Text),

@@ -733,6 +733,10 @@ pub async fn serve<S>(
                 Ok(0) | Err(_) => break,
                 Ok(_) => client.metrics.read(),
             },
+            () = idle(shared.config.timeout, client.timeout_exempt()), if shared.config.timeout.is_some() => {
+                debug!(id = client.st.id, "closing idle client (--timeout)");
+                break;
+            }
             next = subscribed::next(&mut client.subs), if client.subs.is_some() => {
                 let subscribed::Next::Delivery(d) = next else {
                     break;
@@ -748,7 +752,25 @@ pub async fn serve<S>(
         }
     }
     let _ = stream.shutdown().await;
-    shared.with_clients(|c| c.remove(&client.st.id));
+}
+
+impl Drop for Client {
+    /// Also on a panic in the client's task: its subscriptions end and it
+    /// leaves CLIENT LIST.
+    fn drop(&mut self) {
+        self.leave_pubsub();
+        let id = self.st.id;
+        self.shared.with_clients(|c| c.remove(&id));
+    }
+}
+
+/// Ready after `timeout` (`--timeout`), unless there is none or the client
+/// is exempt (subscribed or in MONITOR; a blocked client never gets here).
+async fn idle(timeout: Option<std::time::Duration>, exempt: bool) {
+    match timeout {
+        Some(t) if !exempt => tokio::time::sleep(t).await,
+        _ => std::future::pending().await,
+    }
 }
 
 async fn write_out<S: AsyncWrite + Unpin>(

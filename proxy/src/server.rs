@@ -147,6 +147,9 @@ pub async fn run(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                if let Some(idle) = shared.config.tcp_keepalive {
+                    let _ = sidecache_pool::conn::set_keepalive(&stream, idle);
+                }
                 let laddr = stream
                     .local_addr()
                     .map(|a| a.to_string())
@@ -279,7 +282,40 @@ fn spawn_client<S>(
     };
     let (shared, cancel) = (Arc::clone(shared), cancel.clone());
     tracker.spawn(async move {
-        connection::serve(stream, shared, peer, laddr, cancel).await;
+        let id_hint = peer.clone();
+        let counters = Arc::clone(&shared);
+        // A panic in one client's task closes that client only: its
+        // connection state unwinds (Client's Drop), the write-behind queue
+        // and every other client are untouched.
+        if CatchPanic(Box::pin(connection::serve(
+            stream, shared, peer, laddr, cancel,
+        )))
+        .await
+        .is_err()
+        {
+            counters.stats.client_panics.fetch_add(1, Ordering::Relaxed);
+            error!(client = %id_hint, "client task panicked; its connection was closed");
+        }
         drop(permit);
     });
+}
+
+/// Polls a future, turning a panic in it into `Err` (the panic message
+/// was already printed by the panic hook).
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchPanic<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(_) => std::task::Poll::Ready(Err(())),
+        }
+    }
 }

@@ -33,6 +33,8 @@ pub struct Stats {
     pub tx: TxStats,
     /// Blocking commands.
     pub blocking: BlockingStats,
+    /// Client tasks that panicked (each closed its client alone).
+    pub client_panics: AtomicU64,
 }
 
 /// Blocking-command counters.
@@ -127,6 +129,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Shared upstream subscriptions and the MONITOR feed.
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
+    /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
+    /// start; for the panic-isolation test only).
+    pub test_panic: bool,
     /// The invalidation channel's state.
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
@@ -142,6 +147,7 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
+            test_panic: std::env::var_os("SIDECACHE_TEST_PANIC").is_some_and(|v| v == "1"),
             pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
                 config.output_limit_pubsub,
                 upstream.write_behind().config().queue_timeout,

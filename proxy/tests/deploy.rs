@@ -294,7 +294,7 @@ fn both_dockerfiles_make_the_same_runtime_image() {
         .split(", ")
         .map(|s| s.trim_matches('"').to_owned())
         .collect();
-    assert_eq!(args, ["--listen", "0.0.0.0:6380"]);
+    assert_eq!(args, ["--listen", "0.0.0.0:6380", "--protected-mode", "no"]);
     accepted(&args, &[]);
 }
 

@@ -32,7 +32,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A free loopback port (and, for cluster nodes, its bus port +10000).
-fn free_port(with_bus: bool) -> u16 {
+pub fn free_port(with_bus: bool) -> u16 {
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = l.local_addr().expect("addr").port();

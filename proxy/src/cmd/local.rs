@@ -434,6 +434,11 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 r.error("ERR syntax error");
             }
         }
+        // Test hook for panic isolation (tests/hardening.rs): only when the
+        // process was started with SIDECACHE_TEST_PANIC=1.
+        b"sidecache-test-panic" if shared.test_panic => {
+            panic!("CLIENT SIDECACHE-TEST-PANIC (SIDECACHE_TEST_PANIC=1)");
+        }
         b"help" => {
             let lines: [&str; 8] = [
                 "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

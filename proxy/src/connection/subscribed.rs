@@ -91,6 +91,14 @@ impl Client {
         self.subs.as_ref().is_some_and(|s| s.total() > 0)
     }
 
+    /// Whether `--timeout` spares this client (subscribed or in MONITOR,
+    /// as Redis spares pubsub clients and monitors).
+    pub(super) fn timeout_exempt(&self) -> bool {
+        self.subs
+            .as_ref()
+            .is_some_and(|s| s.monitor || s.total() > 0)
+    }
+
     fn subs_mut(&mut self) -> &mut Subs {
         let hub = &self.shared.pubsub;
         self.subs.get_or_insert_with(|| {
@@ -497,10 +505,4 @@ pub(super) enum Adjust {
     Publish { channel: Bytes, shard: bool },
     /// PUBSUB NUMSUB (or SHARDNUMSUB).
     NumSub { shard: bool },
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.leave_pubsub();
-    }
 }

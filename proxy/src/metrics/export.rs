@@ -102,6 +102,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_pubsub_messages_received_total", C, &[], "Messages received from upstream subscriptions."),
     fam("sidecache_pubsub_messages_delivered_total", C, &[], "Messages and MONITOR lines queued for local clients (one per client reached)."),
     fam("sidecache_client_output_limit_disconnects_total", C, &[], "Subscribers and MONITOR clients disconnected for passing --client-output-buffer-limit."),
+    fam("sidecache_client_panics_total", C, &[], "Client tasks that panicked; each closed its own client only."),
     fam("sidecache_pubsub_link_losses_total", C, &[], "Subscribers disconnected because the upstream connection of their subscription broke."),
     fam("sidecache_blocked_clients", G, &[], "Clients blocked now in a blocking command (BLPOP, XREAD BLOCK, WAIT, ...) on a held connection."),
     fam("sidecache_blocked_unblocked_on_disconnect_total", C, &[], "Blocked commands unblocked upstream (CLIENT UNBLOCK) because their client left."),
@@ -548,6 +549,11 @@ fn collect_shared(s: &Shared, o: &mut Out) {
         "sidecache_pubsub_link_losses_total",
         &[],
         l(&ps.link_losses),
+    );
+    o.counter(
+        "sidecache_client_panics_total",
+        &[],
+        l(&s.stats.client_panics),
     );
     o.gauge(
         "sidecache_blocked_clients",

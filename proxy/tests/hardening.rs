@@ -1,0 +1,167 @@
+//! Hardening through the public interface: protected mode, `--timeout`,
+//! and a panicking client task that closes only its own client.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{enc, info_field, raw, raw_on, Proxy, RedisServer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+fn sidecache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sidecache"))
+}
+
+/// A non-loopback listen address without --requirepass refuses to start,
+/// with a one-line reason; --protected-mode no or a password allow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_mode_refuses_an_open_listener() {
+    let redis = RedisServer::start(&[]);
+    let port = support::free_port(false);
+    let out = sidecache()
+        .args([
+            "--listen",
+            &format!("0.0.0.0:{port}"),
+            "--upstream",
+            &redis.url(),
+        ])
+        .args(["--metrics-listen", "off"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--listen")
+            && err.contains("--requirepass")
+            && err.contains("--protected-mode no"),
+        "{err}"
+    );
+    for extra in [
+        &["--protected-mode", "no"][..],
+        &["--requirepass", "secret"][..],
+    ] {
+        let port = support::free_port(false);
+        let mut child = sidecache()
+            .args([
+                "--listen",
+                &format!("0.0.0.0:{port}"),
+                "--upstream",
+                &redis.url(),
+            ])
+            .args(["--metrics-listen", "off", "--log-level", "warn"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(child.try_wait().unwrap().is_none(), "{extra:?}: exited");
+            assert!(Instant::now() < deadline, "{extra:?}: not listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// --timeout closes an idle client, never a blocked one or a subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_closes_idle_clients_only() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &["--timeout", "1"]).await;
+    let mut idle = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(raw_on(&mut idle, b"PING\r\n", 1).await, b"+PONG\r\n");
+    let mut sub = TcpStream::connect(proxy.addr).await.unwrap();
+    raw_on(&mut sub, enc("SUBSCRIBE quiet").as_bytes(), 1).await;
+    let mut blocked = TcpStream::connect(proxy.addr).await.unwrap();
+    blocked
+        .write_all(enc("BLPOP never 0").as_bytes())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(5), support::read_to_close(&mut idle))
+        .await
+        .expect("idle client still open after 5 s");
+    assert!(closed.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // Past the timeout twice over, the others are still served.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut p = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        raw_on(&mut p, enc("PUBLISH quiet still-here").as_bytes(), 1).await,
+        b":1\r\n"
+    );
+    assert_eq!(
+        raw_on(&mut p, enc("RPUSH never v").as_bytes(), 1).await,
+        b":1\r\n"
+    );
+    let got = raw_on(&mut blocked, b"", 1).await;
+    assert_eq!(got, b"*2\r\n$5\r\nnever\r\n$1\r\nv\r\n");
+    let got = raw_on(&mut sub, b"", 1).await;
+    assert!(String::from_utf8_lossy(&got).contains("still-here"));
+    proxy.stop().await;
+}
+
+/// A panic in one client's task closes that client only: the others keep
+/// being served, its acknowledged writes still reach Redis, and the panic
+/// is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_client_task_closes_only_its_client() {
+    let redis = RedisServer::start(&[]);
+    let port = support::free_port(false);
+    let mut child = sidecache()
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--upstream",
+            &redis.url(),
+        ])
+        .args(["--metrics-listen", "off", "--log-level", "error"])
+        .env("SIDECACHE_TEST_PANIC", "1")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "not listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut other = TcpStream::connect(&addr).await.unwrap();
+    raw_on(&mut other, enc("SUBSCRIBE bystander").as_bytes(), 1).await;
+    let mut victim = TcpStream::connect(&addr).await.unwrap();
+    // Acknowledged from memory, then the task panics.
+    let lines = format!(
+        "{}{}",
+        enc("SET survived yes"),
+        enc("CLIENT SIDECACHE-TEST-PANIC")
+    );
+    victim.write_all(lines.as_bytes()).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), support::read_to_close(&mut victim))
+        .await
+        .expect("panicked client not closed");
+    assert!(got.is_empty() || got.starts_with(b"+OK"), "{got:?}");
+    let info = String::from_utf8_lossy(&raw(&addr, b"INFO proxy\r\n", 1).await).into_owned();
+    assert_eq!(info_field(&info, "client_panics"), 1);
+    // The process is up, the other client is served, the write landed.
+    let mut p = TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(
+        raw_on(&mut p, enc("PUBLISH bystander hi").as_bytes(), 1).await,
+        b":1\r\n"
+    );
+    let got = raw_on(&mut other, b"", 1).await;
+    assert!(String::from_utf8_lossy(&got).contains("hi"));
+    support::eventually_raw(
+        &redis.addr(),
+        enc("GET survived").as_bytes(),
+        1,
+        "$3\r\nyes\r\n",
+    )
+    .await;
+    assert!(child.try_wait().unwrap().is_none(), "the process stays up");
+    let _ = child.kill();
+    let _ = child.wait();
+}
