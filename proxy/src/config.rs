@@ -372,6 +372,9 @@ pub struct Config {
     pub write_mode: WriteMode,
     /// The output limit of subscribers and MONITOR clients.
     pub output_limit_pubsub: crate::pubsub::OutputLimit,
+    /// A normal client's pending replies past which its requests are not
+    /// read (0: no bound).
+    pub output_limit_normal: u64,
     /// Idle clients are closed after this long (`None`: never).
     pub timeout: Option<Duration>,
     /// TCP keepalive idle time of client sockets (`None`: off).
@@ -674,7 +677,8 @@ impl Config {
                 .map(|p| p.as_bytes().to_vec())
                 .collect(),
         };
-        let output_limit_pubsub = output_limits(&o.client_output_buffer_limit)?;
+        let (output_limit_pubsub, output_limit_normal) =
+            output_limits(&o.client_output_buffer_limit)?;
         let requirepass = o.requirepass.filter(|p| !p.is_empty());
         if o.protected_mode != Some(YesNo::No)
             && requirepass.is_none()
@@ -698,6 +702,7 @@ impl Config {
         Ok(Config {
             l1,
             output_limit_pubsub,
+            output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
             listen,
             unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
@@ -809,9 +814,10 @@ fn read_file(path: &Path) -> Result<Options, ConfigError> {
 /// Parses `--client-output-buffer-limit` values: groups of
 /// `CLASS HARD SOFT SECS`, as Redis's `client-output-buffer-limit` line.
 /// Only the pubsub class applies to sidecache (subscribers and MONITOR).
-fn output_limits(values: &[String]) -> Result<crate::pubsub::OutputLimit, ConfigError> {
+fn output_limits(values: &[String]) -> Result<(crate::pubsub::OutputLimit, u64), ConfigError> {
     const KEY: &str = "--client-output-buffer-limit";
     let mut limit = crate::pubsub::OutputLimit::PUBSUB_DEFAULT;
+    let mut normal = DEFAULT_NORMAL_OUTPUT_LIMIT;
     for v in values {
         let words: Vec<&str> = v.split_whitespace().collect();
         if words.is_empty() || words.len() % 4 != 0 {
@@ -821,10 +827,22 @@ fn output_limits(values: &[String]) -> Result<crate::pubsub::OutputLimit, Config
             ));
         }
         for g in words.chunks(4) {
+            if g[0].eq_ignore_ascii_case("normal") {
+                // Normal clients are paced, never disconnected: a soft
+                // limit (a disconnect after a while) has no meaning here.
+                if size(KEY, Some(g[2]), 0)? != 0 || g[3] != "0" {
+                    return Err(err(
+                        KEY,
+                        format!("{v:?}: normal clients are paced, not disconnected: give SOFT and SECS as 0"),
+                    ));
+                }
+                normal = size(KEY, Some(g[1]), 0)?;
+                continue;
+            }
             if !g[0].eq_ignore_ascii_case("pubsub") {
                 return Err(err(
                     KEY,
-                    format!("{:?}: only the pubsub class is supported", g[0]),
+                    format!("{:?}: the classes are normal and pubsub", g[0]),
                 ));
             }
             limit = crate::pubsub::OutputLimit {
@@ -837,8 +855,12 @@ fn output_limits(values: &[String]) -> Result<crate::pubsub::OutputLimit, Config
             };
         }
     }
-    Ok(limit)
+    Ok((limit, normal))
 }
+
+/// Default output bound of a normal client: past it, its requests are not
+/// read until its replies are written.
+pub const DEFAULT_NORMAL_OUTPUT_LIMIT: u64 = 16 << 20;
 
 /// Parses `512mb`, `1gb`, `64k`, `1048576` as Redis does (k = 1000, kb = 1024).
 fn size(key: &'static str, v: Option<&str>, default: u64) -> Result<u64, ConfigError> {
@@ -1016,18 +1038,22 @@ mod tests {
 
     #[test]
     fn output_limits_as_redis_writes_them() {
-        let l = output_limits(&["pubsub 1mb 256kb 5".into()]).unwrap();
+        let (l, normal) = output_limits(&["pubsub 1mb 256kb 5".into()]).unwrap();
+        assert_eq!(normal, DEFAULT_NORMAL_OUTPUT_LIMIT);
         assert_eq!(l.hard, 1 << 20);
         assert_eq!(l.soft, 256 << 10);
         assert_eq!(l.soft_time, Duration::from_secs(5));
         assert_eq!(
-            output_limits(&[]).unwrap(),
+            output_limits(&[]).unwrap().0,
             crate::pubsub::OutputLimit::PUBSUB_DEFAULT
         );
-        assert_eq!(output_limits(&["pubsub 0 0 0".into()]).unwrap().hard, 0);
+        assert_eq!(output_limits(&["pubsub 0 0 0".into()]).unwrap().0.hard, 0);
+        let both = output_limits(&["normal 4mb 0 0 pubsub 1mb 0 0".into()]).unwrap();
+        assert_eq!((both.0.hard, both.1), (1 << 20, 4 << 20));
         for bad in [
             "pubsub 1mb",
-            "normal 0 0 0",
+            "normal 1mb 1mb 60",
+            "replica 0 0 0",
             "pubsub 1mb 1mb x",
             "pubsub 1zb 0 0",
         ] {

@@ -213,6 +213,13 @@ pub struct Client {
     held: Option<tx::Held>,
     /// A blocking command to run next.
     blocked: Option<blocking::Blocked>,
+    /// Bytes of L1 values this batch will write (known at dispatch).
+    out_known: usize,
+    /// `--client-output-buffer-limit normal` (`usize::MAX`: none).
+    out_limit: usize,
+    /// Reply bytes per pending entry in this client's last batch: the
+    /// estimate for entries whose size is known only once answered.
+    reply_avg: usize,
     /// The command just dispatched answered with pushes (subscription
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence.
     pushed: bool,
@@ -260,6 +267,7 @@ impl Client {
             c.insert(id, st.entry.clone());
         });
         let topo = shared.upstream.topology();
+        let shared_limit = shared.config.output_limit_normal as usize;
         Client {
             metrics: ConnMetrics::new(&shared.metrics),
             shared,
@@ -281,9 +289,27 @@ impl Client {
             blocked: None,
             subs: None,
             pushed: false,
+            out_known: 0,
+            out_limit: if shared_limit == 0 {
+                usize::MAX
+            } else {
+                shared_limit
+            },
+            // Until a batch told: as if each reply were a sixteenth of the
+            // bound, so a first pipeline of large replies is paced too.
+            reply_avg: (shared_limit / 16).max(16),
             last_write_slot: None,
             silent: Vec::new(),
         }
+    }
+
+    /// Whether this batch's replies reach `--client-output-buffer-limit
+    /// normal`: they are resolved and written before more requests are
+    /// read (a client that does not read its replies is then not read
+    /// either).
+    #[inline]
+    fn output_due(&self) -> bool {
+        self.out_known + self.pending.len() * self.reply_avg >= self.out_limit
     }
 
     fn session(&self) -> Session {
@@ -671,7 +697,10 @@ pub async fn serve<S>(
                             client.metrics.written(&shared.metrics);
                         }
                     }
-                    if client.pending.len() >= MAX_BATCH || client.batch_bytes >= MAX_BATCH_BYTES {
+                    if client.pending.len() >= MAX_BATCH
+                        || client.batch_bytes >= MAX_BATCH_BYTES
+                        || client.output_due()
+                    {
                         client.flush().await;
                         if write_out(&mut stream, &mut client.wbuf).await.is_err() {
                             break 'conn;

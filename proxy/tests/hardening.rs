@@ -165,3 +165,53 @@ async fn a_panicking_client_task_closes_only_its_client() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A client that pipelines 300 GETs of a 1 MB value and reads nothing is
+/// not read either once its pending replies pass the output bound
+/// (`--client-output-buffer-limit normal 16mb 0 0` by default): sidecache's
+/// memory stays bounded, other clients are served, and every reply
+/// arrives once the client reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_is_paced_not_buffered() {
+    use tokio::io::AsyncReadExt;
+    const GETS: usize = 300;
+    let redis = RedisServer::start(&[]);
+    let proxy = support::ProxyProcess::start(&redis.url(), &[]);
+    let big = "v".repeat(1 << 20);
+    let mut w = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        raw_on(&mut w, enc(&format!("SET big {big}")).as_bytes(), 1).await,
+        b"+OK\r\n"
+    );
+    let before = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    let mut slow = TcpStream::connect(proxy.addr()).await.unwrap();
+    let gets = enc("GET big").repeat(GETS);
+    slow.write_all(gets.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    // 300 MB of replies were asked for; others are served meanwhile.
+    assert_eq!(raw_on(&mut w, b"PING\r\n", 1).await, b"+PONG\r\n");
+    eprintln!(
+        "slow reader of {GETS} x 1 MB: RSS {} MB -> {} MB",
+        before >> 20,
+        held >> 20
+    );
+    assert!(
+        held.saturating_sub(before) < 64 << 20,
+        "RSS grew {} MB",
+        (held - before) >> 20
+    );
+    // Every reply, in full, once it reads.
+    let one = format!("${}\r\n{big}\r\n", big.len()).len();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    while got < one * GETS {
+        let n = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf))
+            .await
+            .expect("replies stopped")
+            .unwrap();
+        assert!(n > 0, "closed after {got} bytes");
+        got += n;
+    }
+    assert_eq!(got, one * GETS);
+}

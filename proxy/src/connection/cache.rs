@@ -60,6 +60,7 @@ impl Client {
         let now = self.now();
         let lookup = self.shared.l1.get_at(db, key, now);
         if let Lookup::Hit(v) = lookup {
+            self.out_known += v.as_ref().map_or(0, |b| b.len());
             self.pending.push(Pending::Value(v));
             return;
         }
@@ -114,6 +115,7 @@ impl Client {
         for key in &req.args[1..] {
             let lookup = self.shared.l1.get_at(db, key, now);
             if let Lookup::Hit(v) = lookup {
+                self.out_known += v.as_ref().map_or(0, |b| b.len());
                 items.push(MgetItem::Hit(v));
                 continue;
             }

@@ -128,6 +128,7 @@ impl Client {
             }
         }
         // Reply pass.
+        let (out_start, replies) = (self.wbuf.len(), pending.len());
         let mut errors = 0u64;
         let proto = self.st.proto;
         let silent = std::mem::take(&mut self.silent);
@@ -324,6 +325,16 @@ impl Client {
             stats.upstream_errors.fetch_add(errors, Ordering::Relaxed);
         }
         self.batch_bytes = 0;
+        // What this batch's replies weighed: the next batch's estimate.
+        self.out_known = 0;
+        if let Some(avg) = self
+            .wbuf
+            .len()
+            .saturating_sub(out_start)
+            .checked_div(replies)
+        {
+            self.reply_avg = avg.max(16);
+        }
         self.batch_writes = false;
         self.now = None;
         // Pick up topology changes between batches.
