@@ -14,10 +14,14 @@
 //!
 //! Why a thread of its own: tokio's timer has millisecond granularity, so
 //! a 100 µs delay cannot be a `tokio::time::sleep`. The clock thread sets
-//! its timer slack to 1 ns (`/proc/thread-self/timerslack_ns`; the default
-//! 50 µs would make every sleep overshoot), sleeps until `spin` before a
-//! chunk is due and busy-waits the rest, and writes the chunk itself, so no
-//! wake-up of another thread stands between the deadline and the write.
+//! its timer slack to 1 ns (`/proc/TID/timerslack_ns`; the default 50 µs
+//! would make every sleep overshoot), sleeps until a spin window before a
+//! chunk is due (at least `spin`, wider while sleeps end late), then waits
+//! out the window yielding the CPU (`sched_yield`: on a machine whose cores
+//! the benchmarked processes share, a spinning relay must not take the
+//! core they need) and spins the last 20 µs, and writes the chunk itself,
+//! so no wake-up of another thread stands between the deadline and the
+//! write.
 //!
 //! Order: a direction's deadlines never decrease (a jittered deadline
 //! earlier than the one before it is raised to it), and chunks with equal
@@ -47,6 +51,8 @@ pub const IN_FLIGHT_BYTES: usize = 4 << 20;
 const MARGIN_MAX: Duration = Duration::from_micros(400);
 /// Added to a measured sleep overshoot for the spin window.
 const MARGIN_PAD: Duration = Duration::from_micros(10);
+/// Within this of a deadline the clock thread spins without yielding.
+const SPIN_ONLY: Duration = Duration::from_micros(20);
 /// Largest read (and so largest chunk).
 const READ_SIZE: usize = 64 * 1024;
 
@@ -396,6 +402,10 @@ fn clock(rx: mpsc::Receiver<Chunk>, spin: Duration, stats: &RelayStats) {
                     margin = over.max(margin.mul_f64(0.99)).clamp(spin, MARGIN_MAX);
                 }
             }
+        } else if wait > SPIN_ONLY {
+            // Runnable threads of the benchmarked processes on this core
+            // go first: the relay's precision must not cost them CPU.
+            std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
