@@ -12,6 +12,9 @@
 #   sidecache-unix   latbench ──▶ the same, Unix socket    ──relay──▶ Redis B
 #   (set-wt rows)    latbench ──▶ sidecache --write-mode write-through ──relay──▶ Redis C
 #
+# With PIN=1 (default) the client, sidecache and twemproxy share CPU 0 (the
+# application's host) and the relay and the Redises CPU 1 (the network and
+# the Redis host), so the relay's work never takes the client's core.
 # (sidecache and the proxies run next to the client, as a sidecar does;
 # sidecache has Redises of its own so its tracking costs the direct runs
 # nothing, as in run.sh.) For each round trip in RTTS the relay, both
@@ -33,7 +36,8 @@
 #        MODES="1 many"  TARGETS="redis sidecache sidecache-unix twemproxy"
 #        BASELINE_BIN=path  (adds target "baseline": another sidecache
 #                            binary, TCP, with a Redis of its own; for A/B)
-#        SIDECACHE_BIN  SIDECACHE_ARGS  SKIP_BUILD=1  PAUSE=0.3
+#        PIN=1 APP_CPU=0 REMOTE_CPU=1  SIDECACHE_BIN  SIDECACHE_ARGS
+#        SKIP_BUILD=1  PAUSE=0.3
 #        RESULTS_DIR=bench/results  PREFIX=net  KEEP_WORKDIR=1  CHART=1
 # Output: $RESULTS_DIR/$PREFIX.md (table), $PREFIX-raw.csv (every run),
 #         $PREFIX.png (chart), relay-selftest.md (with SELFTEST=1, default).
@@ -61,6 +65,20 @@ PREFIX="${PREFIX:-net}"
 KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
 CHART="${CHART:-1}"
 SELFTEST="${SELFTEST:-1}"
+# PIN=1: the application side (latbench, sidecache, twemproxy) on CPU
+# APP_CPU, the "remote" side (relay, Redis) on REMOTE_CPU, as an app host
+# and a Redis host would be; PIN=0 lets the scheduler place everything.
+PIN="${PIN:-1}"
+APP_CPU="${APP_CPU:-0}"
+REMOTE_CPU="${REMOTE_CPU:-1}"
+APP=()
+REMOTE=()
+if [[ "$PIN" == 1 ]] && (($(nproc) >= 2)) && command -v taskset >/dev/null; then
+  APP=(taskset -c "$APP_CPU")
+  REMOTE=(taskset -c "$REMOTE_CPU")
+else
+  PIN=0
+fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release"
 SIDECACHE_BIN="${SIDECACHE_BIN:-$TARGET_DIR/sidecache}"
 LAT="$TARGET_DIR/latbench"
@@ -145,7 +163,7 @@ REDISES="A B C"
 value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
 for r in $REDISES; do
   pick_port; RPORT[$r]="$PICKED"; mkdir -p "$WORK/redis-$r"
-  start_bg "redis-$r" redis-server --bind 127.0.0.1 --port "$PICKED" --dir "$WORK/redis-$r" \
+  start_bg "redis-$r" "${REMOTE[@]}" redis-server --bind 127.0.0.1 --port "$PICKED" --dir "$WORK/redis-$r" \
     --save '' --appendonly no --daemonize no
   wait_ready "redis-$r" "$LAST_PID" "$PICKED"
   # Every key of the keyspace exists: GET and MGET read hits.
@@ -156,7 +174,7 @@ log "redis A/B/C${BASELINE_BIN:+/D} on ${RPORT[*]}, $KEYSPACE keys each"
 
 if [[ "$SELFTEST" == 1 ]]; then
   log "relay self-test"
-  "$RELAY" --self-test --out "$WORK/relay-selftest.md" >&2
+  "${REMOTE[@]}" "$RELAY" --self-test --out "$WORK/relay-selftest.md" >&2
 fi
 
 RAW="$WORK/raw.csv"
@@ -176,7 +194,7 @@ for rtt in $RTTS; do
     pick_port; VIA[$r]="$PICKED"
     routes+=(--route "127.0.0.1:$PICKED=127.0.0.1:${RPORT[$r]}")
   done
-  start_bg "relay-$rtt" "$RELAY" --delay-us "$one_way_us" --jitter-us "$JITTER_US" "${routes[@]}"
+  start_bg "relay-$rtt" "${REMOTE[@]}" "$RELAY" --delay-us "$one_way_us" --jitter-us "$JITTER_US" "${routes[@]}"
   STARTED+=("$LAST_PID")
   wait_ready "relay-$rtt" "$LAST_PID" "${VIA[A]}"
   declare -A PORT=() SOCK=()
@@ -184,7 +202,7 @@ for rtt in $RTTS; do
   start_sidecache() { # start_sidecache NAME BIN REDIS [args...]
     local name="$1" bin="$2" r="$3"; shift 3
     pick_port; local p="$PICKED"
-    start_bg "$name-$rtt" "$bin" --listen "127.0.0.1:$p" --unix-socket "$WORK/$name-$rtt.sock" \
+    start_bg "$name-$rtt" "${APP[@]}" "$bin" --listen "127.0.0.1:$p" --unix-socket "$WORK/$name-$rtt.sock" \
       --metrics-listen 127.0.0.1:0 --upstream "redis://127.0.0.1:${VIA[$r]}" --log-level warn \
       "${EXTRA[@]}" "$@"
     STARTED+=("$LAST_PID")
@@ -212,7 +230,7 @@ net_bench:
     - 127.0.0.1:${VIA[A]}:1
 EOF
     pick_port
-    start_bg "nutcracker-$rtt" nutcracker --conf-file="$WORK/nutcracker-$rtt.yml" --stats-port="$PICKED" --stats-addr=127.0.0.1
+    start_bg "nutcracker-$rtt" "${APP[@]}" nutcracker --conf-file="$WORK/nutcracker-$rtt.yml" --stats-port="$PICKED" --stats-addr=127.0.0.1
     STARTED+=("$LAST_PID")
     wait_ready "nutcracker-$rtt" "$LAST_PID" "$tp"
     PORT[twemproxy]="$tp"
@@ -228,9 +246,10 @@ EOF
       *-unix) where=(--socket "${SOCK[${t%-unix}]}") ;;
       *) where=(--addr "127.0.0.1:${PORT[$t]}") ;;
     esac
+    local keyspace="$KEYSPACE"
     case "$test" in
       get) args=(--test get) ;;
-      get-miss) args=(--test get --keyspace 100000000) ;;
+      get-miss) args=(--test get); keyspace=100000000 ;;
       set | set-wt) args=(--test set) ;;
       incr) args=(--test incr) ;;
       mget) args=(--test mget) ;;
@@ -239,7 +258,7 @@ EOF
       *) die "unknown test $test" ;;
     esac
     local line
-    if ! line="$(timeout 120 "$LAT" "${where[@]}" --keyspace "$KEYSPACE" --data-size "$DATA_SIZE" \
+    if ! line="$(timeout 120 "${APP[@]}" "$LAT" "${where[@]}" --keyspace "$keyspace" --data-size "$DATA_SIZE" \
       --clients "$clients" --seconds "$SECS" --warmup "$WARMUP" "${args[@]}" 2>>"$WORK/latbench.log")"; then
       log "  warning: $target $test -c $clients failed; not counted"
       return 0
@@ -274,7 +293,7 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US."
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"
 cat "$RESULTS_DIR/$PREFIX.md"
