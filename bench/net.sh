@@ -194,8 +194,10 @@ for rtt in $RTTS; do
     pick_port; VIA[$r]="$PICKED"
     routes+=(--route "127.0.0.1:$PICKED=127.0.0.1:${RPORT[$r]}")
   done
+  declare -A WHO=() DEAD=()
   start_bg "relay-$rtt" "${REMOTE[@]}" "$RELAY" --delay-us "$one_way_us" --jitter-us "$JITTER_US" "${routes[@]}"
   STARTED+=("$LAST_PID")
+  WHO[$LAST_PID]=relay
   wait_ready "relay-$rtt" "$LAST_PID" "${VIA[A]}"
   declare -A PORT=() SOCK=()
   PORT[redis]="${VIA[A]}"
@@ -206,6 +208,7 @@ for rtt in $RTTS; do
       --metrics-listen 127.0.0.1:0 --upstream "redis://127.0.0.1:${VIA[$r]}" --log-level warn \
       "${EXTRA[@]}" "$@"
     STARTED+=("$LAST_PID")
+    WHO[$LAST_PID]="$name"
     wait_ready "$name-$rtt" "$LAST_PID" "$p"
     PORT[$name]="$p"; SOCK[$name]="$WORK/$name-$rtt.sock"
     # Warm: every key read once (pipelined, so quick at any round trip).
@@ -232,6 +235,7 @@ EOF
     pick_port
     start_bg "nutcracker-$rtt" "${APP[@]}" nutcracker --conf-file="$WORK/nutcracker-$rtt.yml" --stats-port="$PICKED" --stats-addr=127.0.0.1
     STARTED+=("$LAST_PID")
+    WHO[$LAST_PID]=twemproxy
     wait_ready "nutcracker-$rtt" "$LAST_PID" "$tp"
     PORT[twemproxy]="$tp"
   fi
@@ -242,6 +246,19 @@ EOF
     if [[ "$test" == set-wt ]]; then
       case "$target" in sidecache) t=sidecache-wt ;; sidecache-unix) t=sidecache-wt-unix ;; baseline) return 0 ;; esac
     fi
+    # A process that exited is reported once and its targets left out.
+    local pid rc
+    for pid in "${STARTED[@]}"; do
+      if [[ -z "${DEAD[$pid]:-}" ]] && ! kill -0 "$pid" 2>/dev/null; then
+        DEAD[$pid]=1
+        DEAD[${WHO[$pid]}]=1
+        wait "$pid" 2>/dev/null && rc=0 || rc=$?
+        log "  WARNING: ${WHO[$pid]} (pid $pid) exited (status $rc) at rtt $rtt round $round; its runs are left out from here on (logs in $WORK)"
+        echo "${WHO[$pid]} exited (status $rc) at rtt $rtt ms, round $round, before $target $test c=$clients" >>"$WORK/exits.txt"
+      fi
+    done
+    [[ -n "${DEAD[relay]:-}" ]] && return 0
+    [[ -n "${DEAD[${t%-unix}]:-}" ]] && return 0
     case "$t" in
       *-unix) where=(--socket "${SOCK[${t%-unix}]}") ;;
       *) where=(--addr "127.0.0.1:${PORT[$t]}") ;;
@@ -273,7 +290,6 @@ EOF
       for test in $TESTS; do
         for ((k = 0; k < ${#TARGET_LIST[@]}; k++)); do
           target="${TARGET_LIST[$(((k + round - 1) % ${#TARGET_LIST[@]}))]}"
-          for pid in "${STARTED[@]}"; do kill -0 "$pid" 2>/dev/null || die "pid $pid exited; logs in $WORK"; done
           run_one "$round" "$clients" "$target" "$test"
           sleep "$PAUSE"
         done
@@ -285,7 +301,7 @@ EOF
   keep=()
   for pid in "${PIDS[@]}"; do [[ " ${STARTED[*]} " == *" $pid "* ]] || keep+=("$pid"); done
   PIDS=("${keep[@]}")
-  unset VIA PORT SOCK
+  unset VIA PORT SOCK WHO DEAD
 done
 
 mkdir -p "$RESULTS_DIR"
@@ -293,7 +309,8 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
+[[ -f "$WORK/exits.txt" ]] && { log "processes that exited during the run:"; cat "$WORK/exits.txt" >&2; }
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"
 cat "$RESULTS_DIR/$PREFIX.md"
