@@ -1,44 +1,74 @@
 #!/usr/bin/env bash
-# Instructions per request in the sidecache process, counted by
-# valgrind --tool=callgrind (repeatable whatever else the machine does).
+# bench/callgrind.sh — instructions sidecache executes per request, counted
+# by valgrind's callgrind (repeatable: they do not depend on the machine's
+# load, unlike wall-clock figures on a shared machine).
 #
-#   bench/callgrind.sh BIN TEST [TEST ...]     TEST: get | set (redis-benchmark -t)
-#   e.g. bench/callgrind.sh target/release/sidecache get set
+# Starts a Redis and sidecache (`--threads 1`) under callgrind on free
+# loopback ports, writes the keys, then for each test zeroes the counters
+# (`callgrind_control -z`), runs `redis-benchmark -c CLIENTS -P P -n N -r
+# KEYSPACE -t TEST`, and dumps them (`callgrind_control -d`): instructions
+# of that load only, start-up excluded, divided by N. Everything sidecache
+# does for a request is in the count: its connection task, the write-behind
+# batcher and the upstream connection's tasks.
 #
-# One redis-server and one sidecache (--threads 1, metrics off) under
-# callgrind on free loopback ports; the key space (-r 1000) is written and
-# read once, the counters are zeroed (callgrind_control -z), then N
-# requests (default 200000) of `redis-benchmark -c 50 -P 16 -r 1000 -t TEST`
-# are counted (callgrind_control -d). Prints: TEST total-instructions
-# instructions-per-request. Needs valgrind, redis-server, redis-benchmark.
+# Usage: bench/callgrind.sh [BINARY]   (default target/release/sidecache)
+# Knobs: TESTS="get set"  N=20000  CLIENTS=1  P=1  KEYSPACE=1000  DATA_SIZE=64
+#        SIDECACHE_ARGS=""  ANNOTATE=1 (keep callgrind_annotate's inclusive
+#        listing per test in OUT)
+#        OUT=dir (keeps the callgrind files there)
+# Only the processes it started are stopped (by pid).
 set -euo pipefail
-BIN=$1; shift
-N=${N:-200000}
-D=$(mktemp -d)
-RP="" VP=""
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+BIN="${1:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/sidecache}"
+TESTS="${TESTS:-get set}"; N="${N:-20000}"; CLIENTS="${CLIENTS:-1}"; P="${P:-1}"
+KEYSPACE="${KEYSPACE:-1000}"; DATA_SIZE="${DATA_SIZE:-64}"; ANNOTATE="${ANNOTATE:-1}"
+command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+command -v redis-benchmark >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; }
+[[ -x "$BIN" ]] || { echo "no binary at $BIN (cargo build --release -p sidecache)" >&2; exit 1; }
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/sidecache-callgrind.XXXXXX")"
+OUT="${OUT:-$WORK}"; mkdir -p "$OUT"
+PIDS=()
 cleanup() {
-  [ -n "$VP" ] && kill -TERM "$VP" 2>/dev/null && wait "$VP" 2>/dev/null || true
-  [ -f "$D/r.pid" ] && kill "$(cat "$D/r.pid")" 2>/dev/null || true
-  rm -rf "$D"
+  local i
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${PIDS[i]}" 2>/dev/null || true
+    wait "${PIDS[i]}" 2>/dev/null || true
+  done
+  rm -rf -- "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-RP=$(free_port); SP=$(free_port)
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --pidfile "$D/r.pid" --dir "$D" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
-valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p" "$BIN" --listen "127.0.0.1:$SP" \
-  --upstream "redis://127.0.0.1:$RP" --threads 1 --metrics-listen off --log-level warn 2>"$D/vg.log" &
-VP=$!
-for _ in $(seq 150); do redis-cli -p "$SP" ping >/dev/null 2>&1 && break; sleep 0.2; done
-redis-benchmark -p "$SP" -c 50 -n 20000 -P 16 -r 1000 -q -t set >/dev/null
-redis-benchmark -p "$SP" -c 50 -n 20000 -P 16 -r 1000 -q -t get >/dev/null
-for t in "$@"; do
-  sleep 1
-  callgrind_control -z "$VP" >/dev/null
-  redis-benchmark -p "$SP" -c 50 -n "$N" -P 16 -r 1000 -q -t "$t" >/dev/null
-  callgrind_control -d "$VP" >/dev/null
-  sleep 1
-  f=$(ls -t "$D"/cg."$VP"* | head -1)
-  ir=$(grep -E "^(summary|totals):" "$f" | head -1 | awk '{print $2}')
-  echo "$t $ir $((ir / N))"
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+RP=$(port); SP=$(port)
+redis-server --bind 127.0.0.1 --port "$RP" --dir "$WORK" --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
+valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
+  "$BIN" --threads 1 --listen "127.0.0.1:$SP" --upstream "redis://127.0.0.1:$RP" \
+  --metrics-listen 127.0.0.1:0 --log-level warn ${SIDECACHE_ARGS:-} >"$WORK/sidecache.log" 2>&1 &
+VPID=$!
+PIDS+=("$VPID")
+for _ in $(seq 600); do [[ "$(redis-cli -p "$SP" ping 2>/dev/null)" == PONG ]] && break; sleep 0.1; done
+# Every key exists and is cached (a GET is a hit).
+redis-benchmark -p "$SP" -c 1 -n "$((KEYSPACE * 3))" -r "$KEYSPACE" -d "$DATA_SIZE" -t set -q >/dev/null
+sleep 1
+echo "instructions per request in sidecache (callgrind), redis-benchmark -c $CLIENTS -P $P -n $N -r $KEYSPACE -d $DATA_SIZE, $(basename "$BIN") $("$BIN" --version 2>/dev/null | head -1)"
+for t in $TESTS; do
+  callgrind_control -z "$VPID" >/dev/null
+  redis-benchmark -p "$SP" -c "$CLIENTS" -P "$P" -n "$N" -r "$KEYSPACE" -d "$DATA_SIZE" -t "$t" -q >/dev/null
+  sleep 1 # the write-behind batcher's last batch is flushed and settled
+  before=$(ls "$OUT" | wc -l)
+  callgrind_control -d "$t" "$VPID" >/dev/null
+  for _ in $(seq 50); do (($(ls "$OUT" | wc -l) > before)) && break; sleep 0.1; done
+  f="$(ls -t "$OUT"/callgrind.out.* | head -1)"
+  ir="$(awk '/^(summary|totals):/ {print $2; exit}' "$f")"
+  # Split: the client's connection task (parse, dispatch, reply: the
+  # acknowledgement path) and the write-behind batcher task (inclusive).
+  callgrind_annotate --inclusive=yes "$f" >"$OUT/annotate-$t.txt" 2>/dev/null || true
+  part() { { grep -F "$1" "$OUT/annotate-$t.txt" || true; } | head -1 | awk -v n="$N" '{gsub(",", "", $1); printf "%.0f", $1 / n}'; }
+  conn="$(part 'connection::serve::{{closure}} [')"
+  batcher="$(part 'WriteQueue::spawn::{{closure}} [')"
+  printf '%-5s %12s instructions: %6.0f per request; connection task %6s, write-behind batcher %6s\n' \
+    "$t" "$ir" "$(awk -v a="$ir" -v n="$N" 'BEGIN {print a / n}')" "${conn:-0}" "${batcher:-0}"
+  [[ "$ANNOTATE" == 1 ]] || rm -f "$OUT/annotate-$t.txt"
 done

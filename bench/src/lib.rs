@@ -1,5 +1,15 @@
 //! Load tools for the side-by-side benchmarks under `bench/`.
 //!
 //! # Layout
+//! - `relay` (module and binary): a TCP relay adding a one-way delay each
+//!   way, timed by a thread of its own, for `bench/net.sh`; `relay
+//!   --self-test` measures the delay it adds and what it carries.
+//! - `hist`: a latency histogram with 1 µs buckets.
+//! - `latbench` (binary): one load (GET hit/miss, SET, INCR, MGET,
+//!   pipelined) from one or many connections, TCP or Unix socket; prints
+//!   requests/s and p50/p99 in µs, for `bench/net.sh`.
 //! - `txbench` (binary): pipelined transactions (`MULTI; SET; INCR; EXEC`)
 //!   from many connections, for `bench/tx.sh`.
+
+pub mod hist;
+pub mod relay;

@@ -427,9 +427,18 @@ impl Client {
             self.get(req);
             return Flow::Continue;
         }
+        // The write-behind hot path: SET is no local command, and its table
+        // entry is resolved once, so its acknowledgement costs no name
+        // lowering, local-command match or hashed table lookup.
+        let set = args.len() >= 3 && args[0].eq_ignore_ascii_case(b"SET");
         let mut lower = [0u8; 64];
-        let lname: &[u8] = lowercase(&args[0], &mut lower).unwrap_or(b"");
-        if let Some(cmd) = Local::lookup(lname) {
+        let lname: &[u8] = if set {
+            b"set"
+        } else {
+            lowercase(&args[0], &mut lower).unwrap_or(b"")
+        };
+        let local = if set { None } else { Local::lookup(lname) };
+        if let Some(cmd) = local {
             self.metrics.command(self.shared.metrics.local_id(cmd));
             if !self.st.authenticated && !cmd.allowed_unauthenticated() {
                 self.local_reply(|r| r.error("NOAUTH Authentication required."));
@@ -468,7 +477,10 @@ impl Client {
             };
         }
         let shared = Arc::clone(&self.shared);
-        let found = shared.table.lookup(args);
+        let found = match shared.table.set() {
+            Some(info) if set => Some(info),
+            _ => shared.table.lookup(args),
+        };
         self.metrics
             .command(found.map_or(shared.metrics.unknown_id(), |i| i.id));
         if !self.st.authenticated {

@@ -295,6 +295,9 @@ impl CommandInfo {
 pub struct CommandTable {
     commands: HashMap<Vec<u8>, Arc<CommandInfo>>,
     names: Vec<String>,
+    /// SET's entry, resolved once: the write-behind hot path takes it
+    /// without hashing the name (see [`CommandTable::set`]).
+    set: Option<Arc<CommandInfo>>,
 }
 
 /// Longest command name looked up (longer names are unknown commands).
@@ -321,7 +324,12 @@ impl CommandTable {
         if commands.is_empty() {
             return Err("COMMAND reply lists no commands".into());
         }
-        Ok(CommandTable { commands, names })
+        let set = commands.get(&b"set"[..]).cloned();
+        Ok(CommandTable {
+            commands,
+            names,
+            set,
+        })
     }
 
     /// Top-level command names, indexed by [`CommandInfo::id`].
@@ -337,6 +345,12 @@ impl CommandTable {
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
         self.commands.is_empty()
+    }
+
+    /// SET's entry (what [`CommandTable::lookup`] finds for it), without a
+    /// lookup: SET has no subcommands.
+    pub fn set(&self) -> Option<&Arc<CommandInfo>> {
+        self.set.as_ref()
     }
 
     /// Looks up a command by its arguments (resolving subcommands).

@@ -1,0 +1,363 @@
+//! `latbench`: one load against a Redis-protocol server, with latencies in
+//! a 1 µs histogram (redis-benchmark's buckets are ~8 µs wide at 25 µs).
+//!
+//! `--clients 1` runs on the calling thread with blocking sockets (nothing
+//! between the reply's arrival and its timestamp but the kernel's wake-up);
+//! more clients run as tasks of a one-thread tokio runtime. Each connection
+//! sends `--pipeline` commands, reads all their replies, and records that
+//! round trip. Only round trips that end inside the measured window (after
+//! `--warmup`) count. Prints one CSV line:
+//! `rps,p50_us,p99_us,mean_us,requests,errors,nils` (nils: GETs answered
+//! `$-1`; MGET replies are not looked into). Keys are redis-benchmark's:
+//! `key:%012d` (`counter:%012d` for INCR), uniformly random in
+//! `0..--keyspace`.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::BytesMut;
+use clap::{Parser, ValueEnum};
+use sidecache_bench::hist::Histogram;
+use sidecache_pool::resp::Scanner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Test {
+    /// GET key:N.
+    Get,
+    /// SET key:N with a --data-size value.
+    Set,
+    /// INCR counter:N.
+    Incr,
+    /// MGET of 10 random keys.
+    Mget,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "One Redis load with 1 µs latency buckets; prints rps,p50_us,p99_us,mean_us,requests,errors,nils"
+)]
+struct Args {
+    /// host:port to load.
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    addr: String,
+    /// A Unix socket to load instead of --addr.
+    #[arg(long)]
+    socket: Option<String>,
+    /// The command.
+    #[arg(long, value_enum, default_value_t = Test::Get)]
+    test: Test,
+    /// Connections.
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Commands per round trip.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Seconds run before the measured window.
+    #[arg(long, default_value_t = 0.2)]
+    warmup: f64,
+    /// Keys are random in 0..KEYSPACE.
+    #[arg(long, default_value_t = 100_000)]
+    keyspace: u64,
+    /// SET value size in bytes.
+    #[arg(long, default_value_t = 64)]
+    data_size: usize,
+    /// Write the histogram here (`us,count` lines).
+    #[arg(long)]
+    hist: Option<std::path::PathBuf>,
+}
+
+/// Builds the commands of one round trip.
+struct Gen {
+    test: Test,
+    keyspace: u64,
+    value: Vec<u8>,
+    rng: u64,
+}
+
+impl Gen {
+    fn key(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % self.keyspace
+    }
+
+    fn push(&mut self, out: &mut Vec<u8>) {
+        // Keys are 16 bytes (`key:` + 12 digits); counters 20.
+        match self.test {
+            Test::Get => {
+                let k = self.key();
+                let _ = write!(out, "*2\r\n$3\r\nGET\r\n$16\r\nkey:{k:012}\r\n");
+            }
+            Test::Set => {
+                let k = self.key();
+                let _ = write!(
+                    out,
+                    "*3\r\n$3\r\nSET\r\n$16\r\nkey:{k:012}\r\n${}\r\n",
+                    self.value.len()
+                );
+                out.extend_from_slice(&self.value);
+                out.extend_from_slice(b"\r\n");
+            }
+            Test::Incr => {
+                let k = self.key();
+                let _ = write!(out, "*2\r\n$4\r\nINCR\r\n$20\r\ncounter:{k:012}\r\n");
+            }
+            Test::Mget => {
+                out.extend_from_slice(b"*11\r\n$4\r\nMGET\r\n");
+                for _ in 0..10 {
+                    let k = self.key();
+                    let _ = write!(out, "$16\r\nkey:{k:012}\r\n");
+                }
+            }
+        }
+    }
+}
+
+/// Counts of one connection (or all).
+#[derive(Default)]
+struct Tally {
+    hist: Histogram,
+    requests: u64,
+    errors: u64,
+    nils: u64,
+}
+
+impl Tally {
+    fn merge(&mut self, o: &Tally) {
+        self.hist.merge(&o.hist);
+        self.requests += o.requests;
+        self.errors += o.errors;
+        self.nils += o.nils;
+    }
+}
+
+/// Error and nil replies of one round trip.
+#[derive(Default)]
+struct Replies {
+    errors: u64,
+    nils: u64,
+}
+
+/// Checks one reply frame.
+fn check(frame: &[u8], t: &mut Replies) {
+    match frame.first() {
+        Some(b'-') => t.errors += 1,
+        Some(b'$') if frame.starts_with(b"$-1\r\n") => t.nils += 1,
+        Some(b'_') => t.nils += 1,
+        _ => {}
+    }
+}
+
+/// Phases shared by the connections: 0 warm-up, 1 measured, 2 stop.
+const WARM: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    if a.clients == 0 || a.pipeline == 0 || a.keyspace == 0 {
+        bail!("--clients, --pipeline and --keyspace must be positive");
+    }
+    let phase = Arc::new(AtomicU8::new(WARM));
+    let window = Duration::from_secs_f64(a.seconds);
+    let warm = Duration::from_secs_f64(a.warmup);
+    let value = vec![b'x'; a.data_size];
+    let gen = |i: u64| Gen {
+        test: a.test,
+        keyspace: a.keyspace,
+        value: value.clone(),
+        rng: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ now_seed(),
+    };
+    let (tally, measured) = if a.clients == 1 {
+        let start = Instant::now();
+        let mut t = Tally::default();
+        let mut g = gen(0);
+        let stream: Box<dyn Stream> = match &a.socket {
+            Some(p) => Box::new(
+                std::os::unix::net::UnixStream::connect(p)
+                    .with_context(|| format!("connecting {p}"))?,
+            ),
+            None => {
+                let s = std::net::TcpStream::connect(&a.addr)
+                    .with_context(|| format!("connecting {}", a.addr))?;
+                s.set_nodelay(true)?;
+                Box::new(s)
+            }
+        };
+        let mut s = stream;
+        let mut out = Vec::new();
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut scanner = Scanner::new();
+        let mut rd = vec![0u8; 64 * 1024];
+        let mut measured_from = None;
+        loop {
+            let now = Instant::now();
+            let in_window = match measured_from {
+                None if now >= start + warm => {
+                    measured_from = Some(now);
+                    true
+                }
+                None => false,
+                Some(m) if now >= m + window => break,
+                Some(_) => true,
+            };
+            out.clear();
+            for _ in 0..a.pipeline {
+                g.push(&mut out);
+            }
+            let sent = Instant::now();
+            s.write_all(&out)?;
+            let mut got = 0;
+            let mut scratch = Replies::default();
+            while got < a.pipeline {
+                match scanner.scan(&buf) {
+                    Ok(Some(len)) => {
+                        let f = buf.split_to(len);
+                        check(&f, &mut scratch);
+                        got += 1;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(_) => bail!("bad RESP from the server"),
+                }
+                let n = s.read(&mut rd)?;
+                if n == 0 {
+                    bail!("connection closed");
+                }
+                buf.extend_from_slice(&rd[..n]);
+            }
+            if in_window {
+                t.hist.record(sent.elapsed());
+                t.requests += a.pipeline as u64;
+                t.errors += scratch.errors;
+                t.nils += scratch.nils;
+            }
+        }
+        let measured = measured_from.map_or(window, |m| m.elapsed());
+        (t, measured)
+    } else {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for c in 0..a.clients {
+                let (g, phase) = (gen(c as u64), Arc::clone(&phase));
+                let (addr, socket, pipeline) = (a.addr.clone(), a.socket.clone(), a.pipeline);
+                tasks.push(tokio::spawn(async move {
+                    match socket {
+                        Some(p) => {
+                            let s = tokio::net::UnixStream::connect(&p).await?;
+                            load(s, g, pipeline, &phase).await
+                        }
+                        None => {
+                            let s = tokio::net::TcpStream::connect(&addr).await?;
+                            s.set_nodelay(true)?;
+                            load(s, g, pipeline, &phase).await
+                        }
+                    }
+                }));
+            }
+            tokio::time::sleep(warm).await;
+            phase.store(MEASURE, Ordering::Relaxed);
+            let from = Instant::now();
+            tokio::time::sleep(window).await;
+            phase.store(STOP, Ordering::Relaxed);
+            let measured = from.elapsed();
+            let mut all = Tally::default();
+            for t in tasks {
+                all.merge(&t.await??);
+            }
+            Ok::<_, anyhow::Error>((all, measured))
+        })?
+    };
+    let secs = measured.as_secs_f64();
+    let h = &tally.hist;
+    println!(
+        "{:.0},{:.1},{:.1},{:.1},{},{},{}",
+        tally.requests as f64 / secs,
+        h.quantile_us(0.5),
+        h.quantile_us(0.99),
+        h.mean_us(),
+        tally.requests,
+        tally.errors,
+        tally.nils
+    );
+    if let Some(p) = &a.hist {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
+        writeln!(f, "us,count")?;
+        for (us, n) in h.buckets() {
+            writeln!(f, "{us},{n}")?;
+        }
+    }
+    Ok(())
+}
+
+/// A seed from the clock, so two runs do not read the same key sequence.
+fn now_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1
+}
+
+/// A blocking client socket.
+trait Stream: Read + Write {}
+impl Stream for std::net::TcpStream {}
+impl Stream for std::os::unix::net::UnixStream {}
+
+/// One connection of the many-client load, until the phase is `STOP`.
+async fn load<S>(mut s: S, mut g: Gen, pipeline: usize, phase: &AtomicU8) -> Result<Tally>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut t = Tally::default();
+    let mut out = Vec::new();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut scanner = Scanner::new();
+    loop {
+        let at_start = phase.load(Ordering::Relaxed);
+        if at_start == STOP {
+            return Ok(t);
+        }
+        out.clear();
+        for _ in 0..pipeline {
+            g.push(&mut out);
+        }
+        let sent = Instant::now();
+        s.write_all(&out).await?;
+        let mut got = 0;
+        let mut scratch = Replies::default();
+        while got < pipeline {
+            match scanner.scan(&buf) {
+                Ok(Some(len)) => {
+                    let f = buf.split_to(len);
+                    check(&f, &mut scratch);
+                    got += 1;
+                    continue;
+                }
+                Ok(None) => {}
+                Err(_) => bail!("bad RESP from the server"),
+            }
+            buf.reserve(16 * 1024);
+            if s.read_buf(&mut buf).await? == 0 {
+                bail!("connection closed");
+            }
+        }
+        // Counted when it both started and ended in the measured window.
+        if at_start == MEASURE && phase.load(Ordering::Relaxed) == MEASURE {
+            t.hist.record(sent.elapsed());
+            t.requests += pipeline as u64;
+            t.errors += scratch.errors;
+            t.nils += scratch.nils;
+        }
+    }
+}
