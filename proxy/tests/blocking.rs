@@ -273,8 +273,16 @@ async fn client_unblock_through_sidecache() {
         let id = id.trim_start_matches(':').trim().to_owned();
         let waiter = tokio::spawn(async move { send(&mut a, &["BLPOP never 0"], 1).await });
         redis_blocked(&redis, 1).await;
-        // CLIENT LIST shows it blocked, as Redis does.
-        let list = send(&mut b, &[&format!("CLIENT LIST ID {id}")], 1).await;
+        // CLIENT LIST shows it blocked, as Redis does (once sidecache has
+        // read the held connection's id, right after Redis blocked it).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let list = loop {
+            let list = send(&mut b, &[&format!("CLIENT LIST ID {id}")], 1).await;
+            if list.contains(" flags=b ") || Instant::now() > deadline {
+                break list;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         assert!(
             list.contains(&format!("id={id} ")) && list.contains(" flags=b "),
             "{list}"
