@@ -86,7 +86,21 @@ struct Request {
     /// Already a batch its sender gathered (write-behind): written without
     /// waiting for other requests to join it.
     gathered: bool,
+    /// See [`MuxConn::submit_own`].
+    own: Option<Vec<OwnTx>>,
     reply: oneshot::Sender<Result<Replies>>,
+}
+
+/// One transaction of a request on the channel's own connection that
+/// writes keys this connection tracks (see [`MuxConn::submit_own`]).
+#[derive(Debug)]
+pub(crate) struct OwnTx {
+    /// Index, among the request's replies, of its `CLIENT CACHING YES`.
+    pub(crate) caching: usize,
+    /// Index of its `EXEC`.
+    pub(crate) exec: usize,
+    /// The distinct keys it writes, in the order first written.
+    pub(crate) keys: Vec<Bytes>,
 }
 
 /// Where the replies of a request go.
@@ -110,6 +124,9 @@ impl Sink {
 struct Inflight {
     count: usize,
     frames: Replies,
+    /// Its transactions whose own invalidations are expected, last first
+    /// (see [`MuxConn::submit_own`]).
+    own: Option<Vec<OwnTx>>,
     sink: Sink,
 }
 
@@ -123,7 +140,7 @@ impl MuxConn {
     /// Starts the connection's supervisor; it connects in the background.
     pub fn spawn(connector: Arc<Connector>, addr: NodeAddr, session: Session) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, None, None));
+        tokio::spawn(supervise(connector, addr, session, rx, Role::Plain, None));
         MuxConn { tx }
     }
 
@@ -136,7 +153,14 @@ impl MuxConn {
         health: Arc<Health>,
     ) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, None, Some(health)));
+        tokio::spawn(supervise(
+            connector,
+            addr,
+            session,
+            rx,
+            Role::Plain,
+            Some(health),
+        ));
         MuxConn { tx }
     }
 
@@ -158,7 +182,7 @@ impl MuxConn {
             addr,
             session,
             rx,
-            Some(channel),
+            Role::Channel(channel),
             Some(health),
         ));
         MuxConn { tx }
@@ -174,7 +198,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, false).await
+        self.enqueue(payload, count, false, None).await
     }
 
     /// Like [`MuxConn::submit`], for a batch the caller already gathered:
@@ -187,7 +211,30 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, true).await
+        self.enqueue(payload, count, true, None).await
+    }
+
+    /// Like [`MuxConn::submit_gathered`], for transactions on the
+    /// invalidation channel's own connection (optin), each writing keys
+    /// (distinct, in the order first written) that this connection tracks
+    /// when they are written: Redis then sends this connection one
+    /// invalidation per key, right after the transaction's reply and before
+    /// anything else. Those are not passed on to the channel: an
+    /// invalidation directly after the `EXEC` reply that names the next key
+    /// expected is skipped; the first that does not (or any reply) ends the
+    /// skipping. Only for a transaction whose `CLIENT CACHING YES` was
+    /// accepted and whose `EXEC` answered an array. `own` in request order.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] if the connection task is gone.
+    pub(crate) async fn submit_own(
+        &self,
+        payload: Bytes,
+        count: usize,
+        mut own: Vec<OwnTx>,
+    ) -> Result<oneshot::Receiver<Result<Replies>>> {
+        own.reverse();
+        self.enqueue(payload, count, true, Some(own)).await
     }
 
     async fn enqueue(
@@ -195,6 +242,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
         gathered: bool,
+        own: Option<Vec<OwnTx>>,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -202,6 +250,7 @@ impl MuxConn {
                 payload,
                 count,
                 gathered,
+                own,
                 reply,
             })
             .await
@@ -221,14 +270,26 @@ impl MuxConn {
     }
 }
 
+/// What a connection is to client tracking.
+#[derive(Clone)]
+enum Role {
+    Plain,
+    /// The invalidation channel's own connection.
+    Channel(Arc<Channel>),
+}
+
 async fn supervise(
     connector: Arc<Connector>,
     addr: NodeAddr,
     session: Session,
     mut rx: mpsc::Receiver<Request>,
-    channel: Option<Arc<Channel>>,
+    role: Role,
     health: Option<Arc<Health>>,
 ) {
+    let channel = match &role {
+        Role::Channel(ch) => Some(Arc::clone(ch)),
+        Role::Plain => None,
+    };
     let mut backoff = Duration::from_millis(20);
     // Before reconnecting after a READONLY: none the first time.
     let mut demoted_pause = Duration::ZERO;
@@ -336,6 +397,7 @@ async fn run_connected(
         let entry = Inflight {
             count: 1,
             frames: Vec::with_capacity(1),
+            own: None,
             sink: Sink::Tracking,
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
@@ -402,7 +464,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), own: None, sink: Sink::Ping };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -438,6 +500,7 @@ async fn run_connected(
                 let entry = Inflight {
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
+                    own: req.own,
                     sink: Sink::Caller(req.reply),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
@@ -505,6 +568,10 @@ async fn read_loop(
     let mut current: Option<Inflight> = None;
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
+    // Invalidations of this connection's own writes, expected next (see
+    // `MuxConn::submit_own`), and how many of them came.
+    let mut own: Vec<Bytes> = Vec::new();
+    let mut own_at = 0usize;
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -517,10 +584,22 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
+                            if own_at < own.len()
+                                && crate::tracking::invalidates_only(&frame, &own[own_at])
+                            {
+                                own_at += 1;
+                                ch.count_own();
+                                continue;
+                            }
+                            own.clear();
                             ch.on_push(&frame);
                         }
                         continue;
                     }
+                    // A reply: the invalidations of an earlier request's
+                    // own writes are over.
+                    own.clear();
+                    own_at = 0;
                     if let Some(h) = &watch.health {
                         h.observe(&frame);
                     }
@@ -541,6 +620,19 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
+                    if let Some(txs) = &mut cur.own {
+                        if txs.last().is_some_and(|t| t.exec + 1 == cur.frames.len()) {
+                            if let Some(t) = txs.pop() {
+                                let ok = |i: usize, kind: u8| {
+                                    cur.frames.get(i).is_some_and(|f| f.first() == Some(&kind))
+                                };
+                                if registered && ok(t.caching, b'+') && ok(t.exec, b'*') {
+                                    own = t.keys;
+                                    own_at = 0;
+                                }
+                            }
+                        }
+                    }
                     if cur.frames.len() >= cur.count {
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {
@@ -558,14 +650,10 @@ async fn read_loop(
                                 }
                             }
                             Sink::Tracking => {
-                                let Some(ch) = &channel else { continue };
-                                match cur.frames.first().and_then(|f| resp::error_text(f)) {
-                                    None => {
-                                        registered = true;
-                                        ch.set_up();
-                                    }
-                                    Some(e) => ch.refused(&String::from_utf8_lossy(e)),
-                                }
+                                let (Some(ch), Some(f)) = (&channel, cur.frames.first()) else {
+                                    continue;
+                                };
+                                registered = ch.registered(f);
                             }
                         }
                     } else {

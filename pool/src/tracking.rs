@@ -63,11 +63,36 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default `--peer-invalidation-channel`.
 pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
 
+/// Which kind of Redis client tracking follows other writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrackingMode {
+    /// Default-mode tracking, `OPTIN`: Redis remembers the keys this
+    /// sidecache read with `CLIENT CACHING YES` and tells it (through
+    /// `REDIRECT` to the channel) only about those (`--tracking optin`).
+    #[default]
+    Optin,
+    /// `BCAST NOLOOP`: Redis tells every channel about every written key
+    /// (`--tracking bcast`).
+    Bcast,
+}
+
+impl TrackingMode {
+    /// The name shown in INFO and the flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrackingMode::Optin => "optin",
+            TrackingMode::Bcast => "bcast",
+        }
+    }
+}
+
 /// How the L1 stays coherent with writes made by other clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Coherence {
-    /// Redis client tracking on every master (`--tracking on`).
+    /// Redis client tracking on every master (`--tracking optin|bcast`).
     Tracking {
+        /// Default-mode (`OPTIN` + `REDIRECT`) or broadcast tracking.
+        mode: TrackingMode,
         /// Only keys with these prefixes are tracked (empty: all keys).
         prefixes: Vec<Vec<u8>>,
         /// When the upstream refuses tracking: the pub/sub channel on which
@@ -81,6 +106,7 @@ pub enum Coherence {
 impl Default for Coherence {
     fn default() -> Self {
         Coherence::Tracking {
+            mode: TrackingMode::default(),
             prefixes: Vec::new(),
             peer_channel: Some(DEFAULT_PEER_CHANNEL.as_bytes().to_vec()),
         }
@@ -139,11 +165,16 @@ pub struct CoherenceStats {
     pub channel_losses: AtomicU64,
     /// Channels (re-)established.
     pub channel_ups: AtomicU64,
+    /// Optin: invalidations of the proxy's own flushed writes, recognised
+    /// and not applied.
+    pub own_skipped: AtomicU64,
 }
 
 /// What all channels share.
 pub(crate) struct Hub {
-    /// `CLIENT TRACKING ON BCAST NOLOOP …`, encoded.
+    pub(crate) mode: TrackingMode,
+    /// What a channel connection sends first: `CLIENT TRACKING ON BCAST
+    /// NOLOOP …` (bcast) or `CLIENT TRACKING ON OPTIN` (optin), encoded.
     pub(crate) handshake: Bytes,
     pub(crate) listener: OnceLock<Arc<dyn CoherenceListener>>,
     pub(crate) stats: CoherenceStats,
@@ -156,9 +187,18 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub(crate) fn new(prefixes: &[Vec<u8>]) -> Hub {
+    pub(crate) fn new(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Hub {
+        let handshake = match mode {
+            TrackingMode::Bcast => handshake(prefixes),
+            TrackingMode::Optin => {
+                let mut out = BytesMut::new();
+                resp::encode_command(&mut out, &probe_args(mode, &[]));
+                out.freeze()
+            }
+        };
         Hub {
-            handshake: handshake(prefixes),
+            mode,
+            handshake,
             listener: OnceLock::new(),
             stats: CoherenceStats::default(),
         }
@@ -195,6 +235,31 @@ pub(crate) fn handshake_args(prefixes: &[Vec<u8>]) -> Vec<&[u8]> {
         args.push(p);
     }
     args
+}
+
+/// What the start-up probe sends to learn whether the upstream accepts
+/// client tracking in `mode`.
+pub(crate) fn probe_args(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Vec<&[u8]> {
+    match mode {
+        TrackingMode::Bcast => handshake_args(prefixes),
+        // Not NOLOOP: Redis skips a NOLOOP client's invalidations while it
+        // runs a command, tracking-table evictions included (they happen at
+        // the start of any command), so they would be lost.
+        TrackingMode::Optin => vec![b"CLIENT", b"TRACKING", b"ON", b"OPTIN"],
+    }
+}
+
+/// Whether `frame` is an `invalidate` push naming `key` and nothing else.
+pub(crate) fn invalidates_only(frame: &Bytes, key: &[u8]) -> bool {
+    let Ok(Value::Push(items)) = Value::decode(frame) else {
+        return false;
+    };
+    let [kind, Value::Array(keys) | Value::Set(keys)] = &items[..] else {
+        return false;
+    };
+    kind.as_bytes()
+        .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"))
+        && matches!(&keys[..], [Value::Bulk(k)] if &k[..] == key)
 }
 
 /// One master's invalidation channel.
@@ -235,6 +300,11 @@ impl Channel {
         &self.hub.handshake
     }
 
+    /// The kind of tracking this channel serves.
+    pub fn mode(&self) -> TrackingMode {
+        self.hub.mode
+    }
+
     /// Redis acknowledged `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn set_up(&self) {
         if !self.up.swap(true, Ordering::SeqCst) {
@@ -246,6 +316,22 @@ impl Channel {
     /// Redis refused `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn refused(&self, reply: &str) {
         warn!(node = %self.addr, reply, "CLIENT TRACKING refused; not caching this master's keys");
+    }
+
+    /// An invalidation of the channel connection's own write was skipped.
+    pub(crate) fn count_own(&self) {
+        self.hub.stats.own_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Redis answered the channel's handshake on a fresh connection;
+    /// whether it took it.
+    pub(crate) fn registered(&self, frame: &Bytes) -> bool {
+        if let Some(e) = resp::error_text(frame) {
+            self.refused(&String::from_utf8_lossy(e));
+            return false;
+        }
+        self.set_up();
+        true
     }
 
     /// The connection is gone: down first, then clear (see the module doc).
@@ -344,7 +430,7 @@ mod tests {
 
     #[test]
     fn pushes_reach_the_listener_and_loss_resets() {
-        let hub = Arc::new(Hub::new(&[]));
+        let hub = Arc::new(Hub::new(TrackingMode::Bcast, &[]));
         let seen = Arc::new(Seen::default());
         let l: Arc<dyn CoherenceListener> = seen.clone();
         assert!(hub.listener.set(l).is_ok());
