@@ -84,10 +84,14 @@ enum Inval {
     All,
 }
 
-/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`).
+/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`;
+/// on the fill connection, after `CLIENT CACHING YES` at `idx`).
 struct Fetch {
     node: u32,
     idx: u32,
+    /// Sent on the node's fill connection (optin tracking), not the
+    /// client's.
+    fill: bool,
     slot: Option<Slot>,
     key: Bytes,
     /// `None`: not cacheable (filtered key), fetch only.
@@ -171,6 +175,15 @@ pub struct Client {
     st: ClientState,
     topo: Arc<Topology>,
     builders: Vec<Builder>,
+    /// Optin tracking: fills, per node, for the node's fill connection
+    /// (see `cache`).
+    fills: Vec<Builder>,
+    /// Whether optin tracking is in force: then only the database clients
+    /// start in is cached (see `cache`).
+    optin: bool,
+    /// Whether this batch sent a command that may write on the client's
+    /// connections: later fills of its nodes must not overtake it.
+    forwarded_write: bool,
     pending: Vec<Pending>,
     scratch: BytesMut,
     wbuf: BytesMut,
@@ -244,7 +257,12 @@ impl Client {
             c.insert(id, st.entry.clone());
         });
         let topo = shared.upstream.topology();
+        let optin =
+            shared.upstream.tracking_mode() == Some(sidecache_pool::tracking::TrackingMode::Optin);
         Client {
+            fills: Vec::new(),
+            optin,
+            forwarded_write: false,
             metrics: ConnMetrics::new(&shared.metrics),
             shared,
             st,
@@ -287,6 +305,18 @@ impl Client {
             proto: self.st.proto,
         });
         self.pending.push(Pending::Local(start..self.scratch.len()));
+    }
+
+    /// Whether values of database `db` may be cached: always, except with
+    /// optin tracking, where only the database the channel's connection
+    /// selected (the one clients start in) is tracked.
+    fn cached_db(&self, db: u16) -> bool {
+        !self.optin || db == self.shared.upstream.default_db()
+    }
+
+    /// Whether fills wait in this batch for the fill connection.
+    fn has_fills(&self) -> bool {
+        self.fills.iter().any(|b| b.count > 0)
     }
 
     fn enqueue(&mut self, node: usize, cmd: &[u8]) -> (u32, u32) {
@@ -417,6 +447,10 @@ impl Client {
             return Flow::Continue;
         }
         let Some(info) = found else {
+            if self.has_fills() {
+                self.flush().await;
+            }
+            self.forwarded_write = true;
             // Unknown to upstream's table: let upstream word the error.
             self.forward(0, None, &req.raw);
             return Flow::Continue;
@@ -427,6 +461,15 @@ impl Client {
             && self.write_behind(&info.name, args).await
         {
             return Flow::Continue;
+        }
+        // Fills travel on another connection than this client's commands:
+        // a command that may write goes only once the fills before it
+        // were answered, so none of them can read what it wrote.
+        if may_write(info) {
+            if self.has_fills() {
+                self.flush().await;
+            }
+            self.forwarded_write = true;
         }
         let inval = self.write_invalidation(info, args);
         if info.handling == Handling::Split(Merge::Values) && shared.l1.enabled() && args.len() >= 2
@@ -524,6 +567,16 @@ impl Client {
         }
         Flow::Continue
     }
+}
+
+/// Whether a command may change data (or holds commands that may): fills
+/// queued before it must be answered first.
+fn may_write(info: &crate::cmd::table::CommandInfo) -> bool {
+    info.invalidation != crate::cmd::handling::Invalidation::None
+        || matches!(
+            info.handling,
+            Handling::Transaction | Handling::Blocking | Handling::MaybeBlocking | Handling::Splice
+        )
 }
 
 /// A client stream: TCP or Unix.
