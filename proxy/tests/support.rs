@@ -17,6 +17,8 @@ use sidecache_pool::resp::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub mod coherence;
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn temp_dir(tag: &str) -> PathBuf {
