@@ -57,6 +57,9 @@ use crate::health::{Health, SUSPECT_AFTER};
 use crate::resp::{self, Scanner};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
+mod own;
+pub(crate) use own::OwnTx;
+
 /// Requests queued per connection before callers wait (backpressure).
 const QUEUE: usize = 1024;
 /// Requests written but not yet answered, per connection.
@@ -89,18 +92,6 @@ struct Request {
     /// See [`MuxConn::submit_own`].
     own: Option<Vec<OwnTx>>,
     reply: oneshot::Sender<Result<Replies>>,
-}
-
-/// One transaction of a request on the channel's own connection that
-/// writes keys this connection tracks (see [`MuxConn::submit_own`]).
-#[derive(Debug)]
-pub(crate) struct OwnTx {
-    /// Index, among the request's replies, of its `CLIENT CACHING YES`.
-    pub(crate) caching: usize,
-    /// Index of its `EXEC`.
-    pub(crate) exec: usize,
-    /// The distinct keys it writes, in the order first written.
-    pub(crate) keys: Vec<Bytes>,
 }
 
 /// Where the replies of a request go.
@@ -568,10 +559,8 @@ async fn read_loop(
     let mut current: Option<Inflight> = None;
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
-    // Invalidations of this connection's own writes, expected next (see
-    // `MuxConn::submit_own`), and how many of them came.
-    let mut own: Vec<Bytes> = Vec::new();
-    let mut own_at = 0usize;
+    // Invalidations of this connection's own writes, expected next.
+    let mut own = own::Expected::default();
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -584,22 +573,17 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            if own_at < own.len()
-                                && crate::tracking::invalidates_only(&frame, &own[own_at])
-                            {
-                                own_at += 1;
+                            if own.skips(&frame) {
                                 ch.count_own();
-                                continue;
+                            } else {
+                                ch.on_push(&frame);
                             }
-                            own.clear();
-                            ch.on_push(&frame);
                         }
                         continue;
                     }
                     // A reply: the invalidations of an earlier request's
                     // own writes are over.
-                    own.clear();
-                    own_at = 0;
+                    own.end();
                     if let Some(h) = &watch.health {
                         h.observe(&frame);
                     }
@@ -620,19 +604,7 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
-                    if let Some(txs) = &mut cur.own {
-                        if txs.last().is_some_and(|t| t.exec + 1 == cur.frames.len()) {
-                            if let Some(t) = txs.pop() {
-                                let ok = |i: usize, kind: u8| {
-                                    cur.frames.get(i).is_some_and(|f| f.first() == Some(&kind))
-                                };
-                                if registered && ok(t.caching, b'+') && ok(t.exec, b'*') {
-                                    own = t.keys;
-                                    own_at = 0;
-                                }
-                            }
-                        }
-                    }
+                    own.arm(&mut cur.own, &cur.frames, registered);
                     if cur.frames.len() >= cur.count {
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {

@@ -1,23 +1,68 @@
 //! Coherence with other writers: Redis client tracking, one channel per
-//! master.
+//! master, in one of two modes (`--tracking optin|bcast`).
 //!
-//! Each master gets one connection that speaks RESP3 and runs
-//! `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`: Redis then pushes an
-//! `invalidate` message for every key any *other* connection modifies (a
-//! null one for FLUSHALL/FLUSHDB). The same connection carries the
+//! Each master gets one connection that speaks RESP3 and registers client
+//! tracking before anything else; Redis pushes `invalidate` messages on
+//! it (a null one for FLUSHALL/FLUSHDB). The same connection carries the
 //! write-behind batches of the database clients start in (the upstream
-//! URL's, usually 0), so `NOLOOP` keeps the proxy's own flushes from
-//! evicting the values it just wrote. The connection is pinged
-//! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] takes
-//! the channel down (the connection is kept: closing it could let the
-//! writes it carries run after their retries on a new one), and the next
-//! answered ping brings it back.
+//! URL's, usually 0). It is pinged every [`HEARTBEAT`]; a ping unanswered
+//! for [`HEARTBEAT_TIMEOUT`] takes the channel down (the connection is
+//! kept: closing it could let the writes it carries run after their
+//! retries on a new one), and the next answered ping brings it back.
+//!
+//! - **bcast**: `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`. Redis pushes
+//!   every key any *other* connection modifies; `NOLOOP` keeps the proxy's
+//!   own flushes from evicting what it just wrote. Cost on Redis: every
+//!   write, cached anywhere or not, is recorded and sent to every channel.
+//! - **optin** (default): `CLIENT TRACKING ON OPTIN`, default mode. Redis
+//!   remembers the keys this connection reads after `CLIENT CACHING YES`
+//!   (its tracking table, bounded by `tracking-table-max-keys`), sends one
+//!   invalidation per key when another client changes it, then forgets the
+//!   key until it is read again. So the reads that fill the L1 travel on
+//!   this connection too, each `CLIENT CACHING YES; GET k; PTTL k` in one
+//!   pipeline (no extra round trip). A write to a key no sidecache cached
+//!   costs Redis a table lookup.
+//!
+//! ## Why optin reads on the channel connection, without NOLOOP or REDIRECT
+//! Redis offers `REDIRECT <id>` so that reads on other connections report
+//! to one channel. Measured on Redis 7.0 (this crate's tests): with
+//! `NOLOOP`, the invalidations of keys evicted from a full tracking table
+//! are dropped when the eviction happens during the tracked connection's
+//! own command (Redis skips a NOLOOP target that is the current client,
+//! and evictions run at the start of every command), so cached keys would
+//! silently stop being tracked; without `NOLOOP`, the proxy's own flushes
+//! invalidate what it just wrote, and invalidations redirected to the
+//! channel are appended at once, so one can land *inside* a multi-element
+//! reply the channel connection is writing (an `EXEC`), which no parser
+//! can take apart. On its own connection, Redis 7 defers the invalidations
+//! of the current command's writes until right after its reply, so they
+//! can be recognised. Hence: one tracked connection per master, reading
+//! and writing, no `NOLOOP`, no `REDIRECT`. Only the database it selected
+//! is cached under optin (other databases are read and written through,
+//! uncached; use bcast to cache several databases).
+//!
+//! ## Own writes (optin)
+//! A write forgets every registration of its key, ours too, so a value the
+//! proxy wrote and keeps in the L1 must be registered again with no gap (a
+//! foreign write between our `SET` and a later read would be seen by no
+//! one). Each batch is one `MULTI` per run of one slot (Redis Cluster
+//! refuses a transaction across slots) after `CLIENT CACHING YES`: an
+//! `EXISTS` of its keys (each is then tracked when written), the writes,
+//! an `EXISTS` again (registered again, atomically), `EXEC`. Redis then
+//! sends exactly one invalidation per distinct key written, right after
+//! the `EXEC` reply and before anything else on the connection; the
+//! connection skips those, in order ([`crate::mux::MuxConn::submit_own`]),
+//! and stops skipping at the first that does not match or at the next
+//! reply. A batch Redis would not run as a transaction (aborted, refused)
+//! is retried write by write and its keys leave the L1 once they landed.
 //!
 //! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
 //! until the connection is lost or a heartbeat goes unanswered. While it is down, the master's part of the
 //! L1 is empty and stays so: the loss clears it ([`CoherenceListener::reset_node`]),
 //! and fills and written values for its keys are not cached
 //! ([`Channel::is_up`]), so reads go upstream until tracking is back.
+//! Losing the connection is also how Redis forgets what it tracked for us
+//! (optin): the same clearing covers it.
 //!
 //! # Why no stale value is cached after its invalidation arrived
 //! Let a client write key `k` at time `W` on the master, and let the proxy
@@ -29,6 +74,29 @@
 //!   sent the GET. So the invalidation is applied after the fill began:
 //!   either before the fill completes (the epoch moved: the fill is
 //!   discarded) or after it (the invalidation removes the entry).
+//!   Optin: Redis sends it because the GET ran after `CLIENT CACHING YES`
+//!   on the channel connection, registering `k` at `G` for that
+//!   connection; a write on *any* other connection (another client, another
+//!   sidecache, this proxy's own forwarded writes on its pool connections)
+//!   finds the registration. A fill whose `CLIENT CACHING YES` was refused
+//!   is not cached. The registration lasts until the first write after
+//!   `G` (which sends the invalidation) or until the connection is lost
+//!   (which clears, below); a `tracking-table-max-keys` eviction sends an
+//!   invalidation as a write would (no `NOLOOP`, so none is skipped).
+//! - Own writes (optin): between the write's acknowledgement and its
+//!   `EXEC`, a foreign write either runs before our write (ours overwrites
+//!   it; if it was tracked, its invalidation only evicts our value: a
+//!   miss, then a read behind the queued write) or after the `EXEC`, when
+//!   the key is registered again, and its invalidation comes after ours:
+//!   an invalidation is skipped only if it is one of the exactly-expected
+//!   own ones directly after the `EXEC` reply, before which no other
+//!   client's command can run. Our own forwarded writes travel on other
+//!   connections and are invalidated like any other client's (and by the
+//!   proxy itself at dispatch and acknowledgement). A fill never overtakes
+//!   a write of its own batch: a fill of a node goes on the channel
+//!   connection only while no command that may write is bound for that
+//!   node on the client's connection in the batch, and a command that may
+//!   write waits until the batch's fills were answered.
 //! - Back up after an unanswered heartbeat: the connection never broke, so
 //!   no invalidation was lost, only delayed; the L1 was cleared when the
 //!   channel went down and nothing was cached while it was down, so every
@@ -39,6 +107,9 @@
 //!   channel was lost during the fill, the loss clears the master's part of
 //!   the L1 and bumps every epoch after marking the channel down, so the
 //!   fill is discarded or removed, and no later fill passes the check.
+//!   Optin: a reconnected channel is a new client to Redis with an empty
+//!   tracking table; it registers before anything else is written on it,
+//!   and every key is tracked again by the fill or batch that caches it.
 //!
 //! Invalidations name keys, not databases: a key is dropped from every
 //! database.

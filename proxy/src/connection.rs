@@ -307,18 +307,6 @@ impl Client {
         self.pending.push(Pending::Local(start..self.scratch.len()));
     }
 
-    /// Whether values of database `db` may be cached: always, except with
-    /// optin tracking, where only the database the channel's connection
-    /// selected (the one clients start in) is tracked.
-    fn cached_db(&self, db: u16) -> bool {
-        !self.optin || db == self.shared.upstream.default_db()
-    }
-
-    /// Whether fills wait in this batch for the fill connection.
-    fn has_fills(&self) -> bool {
-        self.fills.iter().any(|b| b.count > 0)
-    }
-
     fn enqueue(&mut self, node: usize, cmd: &[u8]) -> (u32, u32) {
         if self.builders.len() <= node {
             self.builders.resize_with(node + 1, Builder::default);
@@ -465,7 +453,7 @@ impl Client {
         // Fills travel on another connection than this client's commands:
         // a command that may write goes only once the fills before it
         // were answered, so none of them can read what it wrote.
-        if may_write(info) {
+        if cache::may_write(info) {
             if self.has_fills() {
                 self.flush().await;
             }
@@ -567,16 +555,6 @@ impl Client {
         }
         Flow::Continue
     }
-}
-
-/// Whether a command may change data (or holds commands that may): fills
-/// queued before it must be answered first.
-fn may_write(info: &crate::cmd::table::CommandInfo) -> bool {
-    info.invalidation != crate::cmd::handling::Invalidation::None
-        || matches!(
-            info.handling,
-            Handling::Transaction | Handling::Blocking | Handling::MaybeBlocking | Handling::Splice
-        )
 }
 
 /// A client stream: TCP or Unix.

@@ -15,10 +15,35 @@ use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
 use crate::resp::request::Request;
 
+/// Whether a command may change data (or holds commands that may): fills
+/// queued before it must be answered first.
+pub(super) fn may_write(info: &CommandInfo) -> bool {
+    info.invalidation != crate::cmd::handling::Invalidation::None
+        || matches!(
+            info.handling,
+            crate::cmd::handling::Handling::Transaction
+                | crate::cmd::handling::Handling::Blocking
+                | crate::cmd::handling::Handling::MaybeBlocking
+                | crate::cmd::handling::Handling::Splice
+        )
+}
+
 /// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
 const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
 
 impl Client {
+    /// Whether values of database `db` may be cached: always, except with
+    /// optin tracking, where only the database the channel's connection
+    /// selected (the one clients start in) is tracked.
+    pub(super) fn cached_db(&self, db: u16) -> bool {
+        !self.optin || db == self.shared.upstream.default_db()
+    }
+
+    /// Whether fills wait in this batch for the fill connection.
+    pub(super) fn has_fills(&self) -> bool {
+        self.fills.iter().any(|b| b.count > 0)
+    }
+
     /// The node and slot a key routes to; `Err` when no node serves it.
     pub(super) fn route_key(
         &self,
