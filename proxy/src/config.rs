@@ -831,6 +831,30 @@ mod tests {
     }
 
     #[test]
+    fn tracking_modes() {
+        use sidecache_pool::tracking::{Coherence, TrackingMode};
+        let mode = |args: &[&str]| {
+            let mut all = vec!["--upstream", "redis://h"];
+            all.extend_from_slice(args);
+            match Config::from_options(opts(&all))
+                .expect("valid")
+                .upstream
+                .coherence
+            {
+                Coherence::Tracking { mode, .. } => Some(mode),
+                Coherence::Off => None,
+            }
+        };
+        assert_eq!(mode(&[]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "optin"]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "bcast"]), Some(TrackingMode::Bcast));
+        assert_eq!(mode(&["--tracking", "off"]), None);
+        let o: Options = toml::from_str("tracking = \"on\"").expect("on in a file");
+        assert_eq!(o.tracking, Some(TrackingArg::Optin));
+    }
+
+    #[test]
     fn threads_default_to_the_cpus_less_one() {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");

@@ -16,7 +16,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use support::coherence::{cache, info, time_until, wait_field, Direct, BOUND};
 use support::{info_field, upstream_calls, Cluster, Proxy, RedisServer};

@@ -17,6 +17,7 @@ use sidecache_pool::resp::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+#[path = "support/coherence.rs"]
 pub mod coherence;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

@@ -212,15 +212,13 @@ fn keys_of<'a>(cmd: &'a [u8], out: &mut Vec<&'a [u8]>) {
     let mut args = Args::new(cmd);
     let Some(name) = args.next() else { return };
     let mset = name.eq_ignore_ascii_case(b"MSET");
-    let mut i = 0usize;
-    for a in args {
+    for (i, a) in args.enumerate() {
         if i == 0 || (mset && i % 2 == 0) {
             out.push(a);
         }
-        if !mset && i == 0 {
+        if !mset {
             return;
         }
-        i += 1;
     }
 }
 
@@ -328,7 +326,7 @@ mod tests {
             q(None, &["SET", "a", "2"]),
         ];
         let (payload, count, layout, own) = wrap(&batch, true);
-        assert_eq!((count, layout.groups.clone()), (3 + 5, vec![3]));
+        assert_eq!((count, layout.groups), (3 + 5, vec![3]));
         let own = own.unwrap_or_default();
         assert_eq!((own.len(), own[0].caching, own[0].exec), (1, 0, 7));
         let keys: Vec<&[u8]> = own[0].keys.iter().map(|k| &k[..]).collect();

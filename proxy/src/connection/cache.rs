@@ -1,6 +1,15 @@
 //! The L1 side of dispatch: GET and MGET answered from the cache or fetched
 //! (GET + PTTL in one round trip) and filled; writes invalidating, in
 //! command order, at dispatch and again once upstream acknowledged them.
+//!
+//! With optin tracking the fills go on each node's invalidation channel
+//! connection (its *fill lane*, `Client::fills`), after `CLIENT CACHING
+//! YES`, so Redis tracks the keys for this sidecache; everything else goes
+//! on the client's pooled connections. Two connections do not keep a
+//! pipeline's order, so a fill is put on the fill lane only while nothing
+//! that may write is bound for its node on the client's connection in the
+//! batch (else it is fetched there, uncached), and a command that may
+//! write is sent only after the batch's fills were answered.
 
 use std::sync::Arc;
 
@@ -10,7 +19,7 @@ use sidecache_pool::resp;
 use sidecache_pool::Slot;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
-use crate::cmd::handling::Invalidation;
+use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
 use crate::resp::request::Request;
@@ -18,13 +27,10 @@ use crate::resp::request::Request;
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.
 pub(super) fn may_write(info: &CommandInfo) -> bool {
-    info.invalidation != crate::cmd::handling::Invalidation::None
+    info.invalidation != Invalidation::None
         || matches!(
             info.handling,
-            crate::cmd::handling::Handling::Transaction
-                | crate::cmd::handling::Handling::Blocking
-                | crate::cmd::handling::Handling::MaybeBlocking
-                | crate::cmd::handling::Handling::Splice
+            Handling::Transaction | Handling::Blocking | Handling::MaybeBlocking | Handling::Splice
         )
 }
 
