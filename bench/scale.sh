@@ -18,6 +18,9 @@
 #   their sockets, summed).
 #   Knobs: MODES="bcast optin" COUNTS="0 1 10 50" N=400000 P=16 CLIENTS=50
 #          KEYSPACE=100000 DATA_SIZE=64 CACHED=100 ROUNDS=1
+#          CACHED_WRITTEN=0: each sidecache also reads that many of the keys
+#          the load then writes (key:000000000000 …), so part of the writes
+#          hit cached keys.
 # sustained: 600,000 SETs at -P 16 (-c 50, -r 100000, -d 64): directly,
 #   then through one sidecache per mode (with the default --write-queue-max
 #   100000 the queue fills: beyond the bound). Knobs: MODES="optin bcast off"
@@ -109,6 +112,10 @@ scale)
         # Each sidecache caches keys of its own (never written below).
         for sp in "${SPORTS[@]}"; do
           for k in $(seq 1 "$CACHED"); do echo "GET cached:$sp:$k"; done | redis-cli -p "$sp" >/dev/null
+          if (( ${CACHED_WRITTEN:-0} > 0 )); then
+            for k in $(seq 0 $((CACHED_WRITTEN - 1))); do printf 'GET key:%012d\n' "$k"; done \
+              | redis-cli -p "$sp" >/dev/null
+          fi
         done
         sleep 0.3
         t0=$(ticks "$RPID"); o0=$(netout "$RP"); r0=$(received "$RP")
