@@ -57,6 +57,9 @@ use crate::health::{Health, SUSPECT_AFTER};
 use crate::resp::{self, Scanner};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
+mod own;
+pub(crate) use own::OwnTx;
+
 /// Requests queued per connection before callers wait (backpressure).
 const QUEUE: usize = 1024;
 /// Requests written but not yet answered, per connection.
@@ -86,6 +89,8 @@ struct Request {
     /// Already a batch its sender gathered (write-behind): written without
     /// waiting for other requests to join it.
     gathered: bool,
+    /// See [`MuxConn::submit_own`].
+    own: Option<Vec<OwnTx>>,
     reply: oneshot::Sender<Result<Replies>>,
 }
 
@@ -110,6 +115,9 @@ impl Sink {
 struct Inflight {
     count: usize,
     frames: Replies,
+    /// Its transactions whose own invalidations are expected, last first
+    /// (see [`MuxConn::submit_own`]).
+    own: Option<Vec<OwnTx>>,
     sink: Sink,
 }
 
@@ -123,7 +131,7 @@ impl MuxConn {
     /// Starts the connection's supervisor; it connects in the background.
     pub fn spawn(connector: Arc<Connector>, addr: NodeAddr, session: Session) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, None, None));
+        tokio::spawn(supervise(connector, addr, session, rx, Role::Plain, None));
         MuxConn { tx }
     }
 
@@ -136,7 +144,14 @@ impl MuxConn {
         health: Arc<Health>,
     ) -> MuxConn {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(supervise(connector, addr, session, rx, None, Some(health)));
+        tokio::spawn(supervise(
+            connector,
+            addr,
+            session,
+            rx,
+            Role::Plain,
+            Some(health),
+        ));
         MuxConn { tx }
     }
 
@@ -158,7 +173,7 @@ impl MuxConn {
             addr,
             session,
             rx,
-            Some(channel),
+            Role::Channel(channel),
             Some(health),
         ));
         MuxConn { tx }
@@ -174,7 +189,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, false).await
+        self.enqueue(payload, count, false, None).await
     }
 
     /// Like [`MuxConn::submit`], for a batch the caller already gathered:
@@ -187,7 +202,30 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, true).await
+        self.enqueue(payload, count, true, None).await
+    }
+
+    /// Like [`MuxConn::submit_gathered`], for transactions on the
+    /// invalidation channel's own connection (optin), each writing keys
+    /// (distinct, in the order first written) that this connection tracks
+    /// when they are written: Redis then sends this connection one
+    /// invalidation per key, right after the transaction's reply and before
+    /// anything else. Those are not passed on to the channel: an
+    /// invalidation directly after the `EXEC` reply that names the next key
+    /// expected is skipped; the first that does not (or any reply) ends the
+    /// skipping. Only for a transaction whose `CLIENT CACHING YES` was
+    /// accepted and whose `EXEC` answered an array. `own` in request order.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] if the connection task is gone.
+    pub(crate) async fn submit_own(
+        &self,
+        payload: Bytes,
+        count: usize,
+        mut own: Vec<OwnTx>,
+    ) -> Result<oneshot::Receiver<Result<Replies>>> {
+        own.reverse();
+        self.enqueue(payload, count, true, Some(own)).await
     }
 
     async fn enqueue(
@@ -195,6 +233,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
         gathered: bool,
+        own: Option<Vec<OwnTx>>,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -202,6 +241,7 @@ impl MuxConn {
                 payload,
                 count,
                 gathered,
+                own,
                 reply,
             })
             .await
@@ -221,14 +261,26 @@ impl MuxConn {
     }
 }
 
+/// What a connection is to client tracking.
+#[derive(Clone)]
+enum Role {
+    Plain,
+    /// The invalidation channel's own connection.
+    Channel(Arc<Channel>),
+}
+
 async fn supervise(
     connector: Arc<Connector>,
     addr: NodeAddr,
     session: Session,
     mut rx: mpsc::Receiver<Request>,
-    channel: Option<Arc<Channel>>,
+    role: Role,
     health: Option<Arc<Health>>,
 ) {
+    let channel = match &role {
+        Role::Channel(ch) => Some(Arc::clone(ch)),
+        Role::Plain => None,
+    };
     let mut backoff = Duration::from_millis(20);
     // Before reconnecting after a READONLY: none the first time.
     let mut demoted_pause = Duration::ZERO;
@@ -336,6 +388,7 @@ async fn run_connected(
         let entry = Inflight {
             count: 1,
             frames: Vec::with_capacity(1),
+            own: None,
             sink: Sink::Tracking,
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
@@ -402,7 +455,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), own: None, sink: Sink::Ping };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -438,6 +491,7 @@ async fn run_connected(
                 let entry = Inflight {
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
+                    own: req.own,
                     sink: Sink::Caller(req.reply),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
@@ -505,6 +559,8 @@ async fn read_loop(
     let mut current: Option<Inflight> = None;
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
+    // Invalidations of this connection's own writes, expected next.
+    let mut own = own::Expected::default();
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -517,10 +573,17 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            ch.on_push(&frame);
+                            if own.skips(&frame) {
+                                ch.count_own();
+                            } else {
+                                ch.on_push(&frame);
+                            }
                         }
                         continue;
                     }
+                    // A reply: the invalidations of an earlier request's
+                    // own writes are over.
+                    own.end();
                     if let Some(h) = &watch.health {
                         h.observe(&frame);
                     }
@@ -541,6 +604,7 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
+                    own.arm(&mut cur.own, &cur.frames, registered);
                     if cur.frames.len() >= cur.count {
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {
@@ -558,14 +622,10 @@ async fn read_loop(
                                 }
                             }
                             Sink::Tracking => {
-                                let Some(ch) = &channel else { continue };
-                                match cur.frames.first().and_then(|f| resp::error_text(f)) {
-                                    None => {
-                                        registered = true;
-                                        ch.set_up();
-                                    }
-                                    Some(e) => ch.refused(&String::from_utf8_lossy(e)),
-                                }
+                                let (Some(ch), Some(f)) = (&channel, cur.frames.first()) else {
+                                    continue;
+                                };
+                                registered = ch.registered(f);
                             }
                         }
                     } else {

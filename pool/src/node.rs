@@ -106,6 +106,26 @@ impl Node {
             .flatten()
     }
 
+    /// The invalidation channel when it is an optin one: its connection
+    /// also fills the L1 (for the database it selected).
+    pub(crate) fn optin(&self) -> Option<&Arc<Channel>> {
+        self.channel
+            .as_ref()
+            .filter(|c| c.mode() == crate::tracking::TrackingMode::Optin)
+    }
+
+    /// A connection of its own for `session` (a write-behind batcher's):
+    /// it reports to (and reconnects with) the node's health like the
+    /// node's own connections.
+    pub(crate) fn dedicated_conn(&self, session: Session) -> MuxConn {
+        MuxConn::spawn_watched(
+            Arc::clone(&self.connector),
+            self.addr.clone(),
+            session,
+            Arc::clone(&self.health),
+        )
+    }
+
     /// The node's address.
     pub fn addr(&self) -> &NodeAddr {
         &self.addr

@@ -1,23 +1,68 @@
 //! Coherence with other writers: Redis client tracking, one channel per
-//! master.
+//! master, in one of two modes (`--tracking optin|bcast`).
 //!
-//! Each master gets one connection that speaks RESP3 and runs
-//! `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`: Redis then pushes an
-//! `invalidate` message for every key any *other* connection modifies (a
-//! null one for FLUSHALL/FLUSHDB). The same connection carries the
+//! Each master gets one connection that speaks RESP3 and registers client
+//! tracking before anything else; Redis pushes `invalidate` messages on
+//! it (a null one for FLUSHALL/FLUSHDB). The same connection carries the
 //! write-behind batches of the database clients start in (the upstream
-//! URL's, usually 0), so `NOLOOP` keeps the proxy's own flushes from
-//! evicting the values it just wrote. The connection is pinged
-//! every [`HEARTBEAT`]; a ping unanswered for [`HEARTBEAT_TIMEOUT`] takes
-//! the channel down (the connection is kept: closing it could let the
-//! writes it carries run after their retries on a new one), and the next
-//! answered ping brings it back.
+//! URL's, usually 0). It is pinged every [`HEARTBEAT`]; a ping unanswered
+//! for [`HEARTBEAT_TIMEOUT`] takes the channel down (the connection is
+//! kept: closing it could let the writes it carries run after their
+//! retries on a new one), and the next answered ping brings it back.
+//!
+//! - **bcast**: `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`. Redis pushes
+//!   every key any *other* connection modifies; `NOLOOP` keeps the proxy's
+//!   own flushes from evicting what it just wrote. Cost on Redis: every
+//!   write, cached anywhere or not, is recorded and sent to every channel.
+//! - **optin** (default): `CLIENT TRACKING ON OPTIN`, default mode. Redis
+//!   remembers the keys this connection reads after `CLIENT CACHING YES`
+//!   (its tracking table, bounded by `tracking-table-max-keys`), sends one
+//!   invalidation per key when another client changes it, then forgets the
+//!   key until it is read again. So the reads that fill the L1 travel on
+//!   this connection too, each `CLIENT CACHING YES; GET k; PTTL k` in one
+//!   pipeline (no extra round trip). A write to a key no sidecache cached
+//!   costs Redis a table lookup.
+//!
+//! ## Why optin reads on the channel connection, without NOLOOP or REDIRECT
+//! Redis offers `REDIRECT <id>` so that reads on other connections report
+//! to one channel. Measured on Redis 7.0 (this crate's tests): with
+//! `NOLOOP`, the invalidations of keys evicted from a full tracking table
+//! are dropped when the eviction happens during the tracked connection's
+//! own command (Redis skips a NOLOOP target that is the current client,
+//! and evictions run at the start of every command), so cached keys would
+//! silently stop being tracked; without `NOLOOP`, the proxy's own flushes
+//! invalidate what it just wrote, and invalidations redirected to the
+//! channel are appended at once, so one can land *inside* a multi-element
+//! reply the channel connection is writing (an `EXEC`), which no parser
+//! can take apart. On its own connection, Redis 7 defers the invalidations
+//! of the current command's writes until right after its reply, so they
+//! can be recognised. Hence: one tracked connection per master, reading
+//! and writing, no `NOLOOP`, no `REDIRECT`. Only the database it selected
+//! is cached under optin (other databases are read and written through,
+//! uncached; use bcast to cache several databases).
+//!
+//! ## Own writes (optin)
+//! A write forgets every registration of its key, ours too, so a value the
+//! proxy wrote and keeps in the L1 must be registered again with no gap (a
+//! foreign write between our `SET` and a later read would be seen by no
+//! one). Each batch is one `MULTI` per run of one slot (Redis Cluster
+//! refuses a transaction across slots) after `CLIENT CACHING YES`: an
+//! `EXISTS` of its keys (each is then tracked when written), the writes,
+//! an `EXISTS` again (registered again, atomically), `EXEC`. Redis then
+//! sends exactly one invalidation per distinct key written, right after
+//! the `EXEC` reply and before anything else on the connection; the
+//! connection skips those, in order ([`crate::mux::MuxConn::submit_own`]),
+//! and stops skipping at the first that does not match or at the next
+//! reply. A batch Redis would not run as a transaction (aborted, refused)
+//! is retried write by write and its keys leave the L1 once they landed.
 //!
 //! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
 //! until the connection is lost or a heartbeat goes unanswered. While it is down, the master's part of the
 //! L1 is empty and stays so: the loss clears it ([`CoherenceListener::reset_node`]),
 //! and fills and written values for its keys are not cached
 //! ([`Channel::is_up`]), so reads go upstream until tracking is back.
+//! Losing the connection is also how Redis forgets what it tracked for us
+//! (optin): the same clearing covers it.
 //!
 //! # Why no stale value is cached after its invalidation arrived
 //! Let a client write key `k` at time `W` on the master, and let the proxy
@@ -29,6 +74,29 @@
 //!   sent the GET. So the invalidation is applied after the fill began:
 //!   either before the fill completes (the epoch moved: the fill is
 //!   discarded) or after it (the invalidation removes the entry).
+//!   Optin: Redis sends it because the GET ran after `CLIENT CACHING YES`
+//!   on the channel connection, registering `k` at `G` for that
+//!   connection; a write on *any* other connection (another client, another
+//!   sidecache, this proxy's own forwarded writes on its pool connections)
+//!   finds the registration. A fill whose `CLIENT CACHING YES` was refused
+//!   is not cached. The registration lasts until the first write after
+//!   `G` (which sends the invalidation) or until the connection is lost
+//!   (which clears, below); a `tracking-table-max-keys` eviction sends an
+//!   invalidation as a write would (no `NOLOOP`, so none is skipped).
+//! - Own writes (optin): between the write's acknowledgement and its
+//!   `EXEC`, a foreign write either runs before our write (ours overwrites
+//!   it; if it was tracked, its invalidation only evicts our value: a
+//!   miss, then a read behind the queued write) or after the `EXEC`, when
+//!   the key is registered again, and its invalidation comes after ours:
+//!   an invalidation is skipped only if it is one of the exactly-expected
+//!   own ones directly after the `EXEC` reply, before which no other
+//!   client's command can run. Our own forwarded writes travel on other
+//!   connections and are invalidated like any other client's (and by the
+//!   proxy itself at dispatch and acknowledgement). A fill never overtakes
+//!   a write of its own batch: a fill of a node goes on the channel
+//!   connection only while no command that may write is bound for that
+//!   node on the client's connection in the batch, and a command that may
+//!   write waits until the batch's fills were answered.
 //! - Back up after an unanswered heartbeat: the connection never broke, so
 //!   no invalidation was lost, only delayed; the L1 was cleared when the
 //!   channel went down and nothing was cached while it was down, so every
@@ -39,6 +107,9 @@
 //!   channel was lost during the fill, the loss clears the master's part of
 //!   the L1 and bumps every epoch after marking the channel down, so the
 //!   fill is discarded or removed, and no later fill passes the check.
+//!   Optin: a reconnected channel is a new client to Redis with an empty
+//!   tracking table; it registers before anything else is written on it,
+//!   and every key is tracked again by the fill or batch that caches it.
 //!
 //! Invalidations name keys, not databases: a key is dropped from every
 //! database.
@@ -63,11 +134,36 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default `--peer-invalidation-channel`.
 pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
 
+/// Which kind of Redis client tracking follows other writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrackingMode {
+    /// Default-mode tracking, `OPTIN`: Redis remembers the keys this
+    /// sidecache read with `CLIENT CACHING YES` and tells it (through
+    /// `REDIRECT` to the channel) only about those (`--tracking optin`).
+    #[default]
+    Optin,
+    /// `BCAST NOLOOP`: Redis tells every channel about every written key
+    /// (`--tracking bcast`).
+    Bcast,
+}
+
+impl TrackingMode {
+    /// The name shown in INFO and the flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrackingMode::Optin => "optin",
+            TrackingMode::Bcast => "bcast",
+        }
+    }
+}
+
 /// How the L1 stays coherent with writes made by other clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Coherence {
-    /// Redis client tracking on every master (`--tracking on`).
+    /// Redis client tracking on every master (`--tracking optin|bcast`).
     Tracking {
+        /// Default-mode (`OPTIN` + `REDIRECT`) or broadcast tracking.
+        mode: TrackingMode,
         /// Only keys with these prefixes are tracked (empty: all keys).
         prefixes: Vec<Vec<u8>>,
         /// When the upstream refuses tracking: the pub/sub channel on which
@@ -81,6 +177,7 @@ pub enum Coherence {
 impl Default for Coherence {
     fn default() -> Self {
         Coherence::Tracking {
+            mode: TrackingMode::default(),
             prefixes: Vec::new(),
             peer_channel: Some(DEFAULT_PEER_CHANNEL.as_bytes().to_vec()),
         }
@@ -139,11 +236,16 @@ pub struct CoherenceStats {
     pub channel_losses: AtomicU64,
     /// Channels (re-)established.
     pub channel_ups: AtomicU64,
+    /// Optin: invalidations of the proxy's own flushed writes, recognised
+    /// and not applied.
+    pub own_skipped: AtomicU64,
 }
 
 /// What all channels share.
 pub(crate) struct Hub {
-    /// `CLIENT TRACKING ON BCAST NOLOOP …`, encoded.
+    pub(crate) mode: TrackingMode,
+    /// What a channel connection sends first: `CLIENT TRACKING ON BCAST
+    /// NOLOOP …` (bcast) or `CLIENT TRACKING ON OPTIN` (optin), encoded.
     pub(crate) handshake: Bytes,
     pub(crate) listener: OnceLock<Arc<dyn CoherenceListener>>,
     pub(crate) stats: CoherenceStats,
@@ -156,9 +258,18 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub(crate) fn new(prefixes: &[Vec<u8>]) -> Hub {
+    pub(crate) fn new(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Hub {
+        let handshake = match mode {
+            TrackingMode::Bcast => handshake(prefixes),
+            TrackingMode::Optin => {
+                let mut out = BytesMut::new();
+                resp::encode_command(&mut out, &probe_args(mode, &[]));
+                out.freeze()
+            }
+        };
         Hub {
-            handshake: handshake(prefixes),
+            mode,
+            handshake,
             listener: OnceLock::new(),
             stats: CoherenceStats::default(),
         }
@@ -195,6 +306,31 @@ pub(crate) fn handshake_args(prefixes: &[Vec<u8>]) -> Vec<&[u8]> {
         args.push(p);
     }
     args
+}
+
+/// What the start-up probe sends to learn whether the upstream accepts
+/// client tracking in `mode`.
+pub(crate) fn probe_args(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Vec<&[u8]> {
+    match mode {
+        TrackingMode::Bcast => handshake_args(prefixes),
+        // Not NOLOOP: Redis skips a NOLOOP client's invalidations while it
+        // runs a command, tracking-table evictions included (they happen at
+        // the start of any command), so they would be lost.
+        TrackingMode::Optin => vec![b"CLIENT", b"TRACKING", b"ON", b"OPTIN"],
+    }
+}
+
+/// Whether `frame` is an `invalidate` push naming `key` and nothing else.
+pub(crate) fn invalidates_only(frame: &Bytes, key: &[u8]) -> bool {
+    let Ok(Value::Push(items)) = Value::decode(frame) else {
+        return false;
+    };
+    let [kind, Value::Array(keys) | Value::Set(keys)] = &items[..] else {
+        return false;
+    };
+    kind.as_bytes()
+        .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"))
+        && matches!(&keys[..], [Value::Bulk(k)] if &k[..] == key)
 }
 
 /// One master's invalidation channel.
@@ -235,6 +371,11 @@ impl Channel {
         &self.hub.handshake
     }
 
+    /// The kind of tracking this channel serves.
+    pub fn mode(&self) -> TrackingMode {
+        self.hub.mode
+    }
+
     /// Redis acknowledged `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn set_up(&self) {
         if !self.up.swap(true, Ordering::SeqCst) {
@@ -246,6 +387,22 @@ impl Channel {
     /// Redis refused `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn refused(&self, reply: &str) {
         warn!(node = %self.addr, reply, "CLIENT TRACKING refused; not caching this master's keys");
+    }
+
+    /// An invalidation of the channel connection's own write was skipped.
+    pub(crate) fn count_own(&self) {
+        self.hub.stats.own_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Redis answered the channel's handshake on a fresh connection;
+    /// whether it took it.
+    pub(crate) fn registered(&self, frame: &Bytes) -> bool {
+        if let Some(e) = resp::error_text(frame) {
+            self.refused(&String::from_utf8_lossy(e));
+            return false;
+        }
+        self.set_up();
+        true
     }
 
     /// The connection is gone: down first, then clear (see the module doc).
@@ -344,7 +501,7 @@ mod tests {
 
     #[test]
     fn pushes_reach_the_listener_and_loss_resets() {
-        let hub = Arc::new(Hub::new(&[]));
+        let hub = Arc::new(Hub::new(TrackingMode::Bcast, &[]));
         let seen = Arc::new(Seen::default());
         let l: Arc<dyn CoherenceListener> = seen.clone();
         assert!(hub.listener.set(l).is_ok());

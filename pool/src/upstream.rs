@@ -172,13 +172,34 @@ impl Upstream {
             databases,
             cluster,
         };
+        // Optin relies on Redis 7's ordering: the invalidations of a
+        // command's own writes come right after its reply (see
+        // `tracking`). Older servers get bcast.
+        let major: u32 = info
+            .version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(7);
+        let tracking_mode = match &cfg.coherence {
+            Coherence::Tracking {
+                mode: crate::tracking::TrackingMode::Optin,
+                ..
+            } if major < 7 => {
+                warn!(version = %info.version, "--tracking optin needs Redis 7 or later; using bcast");
+                crate::tracking::TrackingMode::Bcast
+            }
+            Coherence::Tracking { mode, .. } => *mode,
+            Coherence::Off => crate::tracking::TrackingMode::Bcast,
+        };
         let coherence = match &cfg.coherence {
             Coherence::Off => CoherenceMode::Off,
             Coherence::Tracking {
                 prefixes,
                 peer_channel,
+                ..
             } => {
-                let args = crate::tracking::handshake_args(prefixes);
+                let args = crate::tracking::probe_args(tracking_mode, prefixes);
                 match probe_tracking(&connector, &seed_addr, &args).await? {
                     CoherenceMode::Unsupported if peer_channel.is_some() => CoherenceMode::Peer,
                     m => m,
@@ -187,7 +208,7 @@ impl Upstream {
         };
         let (hub, peer) = match (&cfg.coherence, coherence) {
             (Coherence::Tracking { prefixes, .. }, CoherenceMode::Tracking) => {
-                (Some(Arc::new(Hub::new(prefixes))), None)
+                (Some(Arc::new(Hub::new(tracking_mode, prefixes))), None)
             }
             (
                 Coherence::Tracking {
@@ -196,7 +217,7 @@ impl Upstream {
                 },
                 CoherenceMode::Peer,
             ) => {
-                let hub = Arc::new(Hub::new(&[]));
+                let hub = Arc::new(Hub::new(crate::tracking::TrackingMode::Bcast, &[]));
                 let gate = Arc::new(crate::tracking::Channel::for_all(
                     seed_addr.clone(),
                     Arc::clone(&hub),
@@ -314,6 +335,17 @@ impl Upstream {
         }
     }
 
+    /// The kind of client tracking in force (`None`: no per-master
+    /// tracking channels).
+    pub fn tracking_mode(&self) -> Option<crate::tracking::TrackingMode> {
+        self.tracking_hub().map(|h| h.mode)
+    }
+
+    /// Whether optin tracking is in force.
+    pub(crate) fn optin_tracking(&self) -> bool {
+        self.tracking_mode() == Some(crate::tracking::TrackingMode::Optin)
+    }
+
     /// How the L1 is kept coherent with other writers.
     pub fn coherence_mode(&self) -> CoherenceMode {
         self.inner.coherence
@@ -399,13 +431,17 @@ impl Upstream {
     pub(crate) fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
         // A connection of the node: it reports to (and reconnects with)
         // the node's health like the node's own connections.
-        let health = Arc::clone(self.node(addr).health());
-        MuxConn::spawn_watched(
-            Arc::clone(&self.inner.connector),
-            addr.clone(),
-            session,
-            health,
-        )
+        self.node(addr).dedicated_conn(session)
+    }
+
+    /// Optin tracking: the connection that fills the L1 with values of
+    /// `node`'s database `db`: the invalidation channel's own connection,
+    /// which also carries the write-behind batches of that database (see
+    /// [`crate::tracking`]). `None` without an optin channel, or for
+    /// another database than the one clients start in (not cached).
+    pub fn fill_conn(&self, node: &Node, db: u16) -> Option<MuxConn> {
+        node.optin()?;
+        node.write_conn(db)
     }
 
     /// Queues an acknowledged write for `node` (after a permit from

@@ -55,6 +55,7 @@ use crate::slot::Slot;
 use crate::upstream::Upstream;
 
 mod batcher;
+mod tracked;
 use batcher::Batcher;
 
 /// Write-behind settings.
@@ -131,6 +132,14 @@ impl Write {
 pub trait WriteListener: Send + Sync {
     /// `error` is the upstream's reply or our failure.
     fn failed(&self, db: u16, keys: &[Bytes], error: &str);
+
+    /// Optin tracking: these keys were written upstream without being
+    /// registered in Redis's tracking table (a batch sent again on its own,
+    /// or one Redis would not run as a transaction): Redis will not tell
+    /// of later writes by others, so the L1 must not keep them.
+    fn untracked(&self, db: u16, keys: &[Bytes]) {
+        let _ = (db, keys);
+    }
 }
 
 /// Counters of the write-behind path.
@@ -443,6 +452,11 @@ impl WriteQueue {
         let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
         let (flushed, _) = watch::channel(0u64);
         let full = Arc::new(Notify::new());
+        // Optin, on the channel's own connection: the batches register
+        // what they write in the tracking table and expect the
+        // invalidations of their own writes (see `tracked`).
+        let tracked = up.optin_tracking() && conn.is_some();
+        let own = tracked;
         let q = WriteQueue {
             tx: Mutex::new(tx),
             enqueued: AtomicU64::new(0),
@@ -466,6 +480,8 @@ impl WriteQueue {
                 up,
                 addr,
                 conn,
+                tracked,
+                own,
                 db,
                 rx,
                 full,

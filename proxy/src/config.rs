@@ -52,8 +52,14 @@ pub enum WriteMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrackingArg {
-    /// `CLIENT TRACKING ON BCAST NOLOOP` on every master.
-    On,
+    /// Default-mode tracking with `OPTIN`: Redis tracks only the keys this
+    /// sidecache cached and tells only it about them (`on` is an alias).
+    #[value(alias = "on")]
+    #[serde(alias = "on")]
+    Optin,
+    /// `CLIENT TRACKING ON BCAST NOLOOP` on every master: every written key
+    /// is sent to every sidecache.
+    Bcast,
     /// No invalidation channel: the L1 TTL cap alone bounds staleness.
     Off,
 }
@@ -290,7 +296,9 @@ pub struct Options {
     pub write_queue_timeout: Option<f64>,
 
     /// Follow other clients' writes with Redis client tracking
-    /// (invalidation channel per master); off leaves only the TTL cap [default: on].
+    /// (invalidation channel per master): optin (alias on) tracks only the
+    /// keys cached here, bcast hears of every write, off leaves only the
+    /// TTL cap [default: optin].
     #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
     pub tracking: Option<TrackingArg>,
 
@@ -574,29 +582,36 @@ impl Config {
             },
             refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
             tls_ca_file: o.tls_ca_file,
-            coherence: match o.tracking.unwrap_or(TrackingArg::On) {
-                TrackingArg::On => sidecache_pool::tracking::Coherence::Tracking {
-                    prefixes: o
-                        .l1_include_prefix
-                        .iter()
-                        .map(|p| p.as_bytes().to_vec())
-                        .collect(),
-                    peer_channel: match o.peer_invalidation_channel.as_deref() {
-                        Some("off") => None,
-                        Some("") => {
-                            return Err(err(
-                                "--peer-invalidation-channel",
-                                "must be a channel name or off",
-                            ))
-                        }
-                        Some(name) => Some(name.as_bytes().to_vec()),
-                        None => Some(
-                            sidecache_pool::tracking::DEFAULT_PEER_CHANNEL
-                                .as_bytes()
-                                .to_vec(),
-                        ),
-                    },
-                },
+            coherence: match o.tracking.unwrap_or(TrackingArg::Optin) {
+                mode @ (TrackingArg::Optin | TrackingArg::Bcast) => {
+                    sidecache_pool::tracking::Coherence::Tracking {
+                        mode: if mode == TrackingArg::Bcast {
+                            sidecache_pool::tracking::TrackingMode::Bcast
+                        } else {
+                            sidecache_pool::tracking::TrackingMode::Optin
+                        },
+                        prefixes: o
+                            .l1_include_prefix
+                            .iter()
+                            .map(|p| p.as_bytes().to_vec())
+                            .collect(),
+                        peer_channel: match o.peer_invalidation_channel.as_deref() {
+                            Some("off") => None,
+                            Some("") => {
+                                return Err(err(
+                                    "--peer-invalidation-channel",
+                                    "must be a channel name or off",
+                                ))
+                            }
+                            Some(name) => Some(name.as_bytes().to_vec()),
+                            None => Some(
+                                sidecache_pool::tracking::DEFAULT_PEER_CHANNEL
+                                    .as_bytes()
+                                    .to_vec(),
+                            ),
+                        },
+                    }
+                }
                 TrackingArg::Off => sidecache_pool::tracking::Coherence::Off,
             },
             ..UpstreamConfig::default()
@@ -776,8 +791,11 @@ impl Config {
             self.upstream.write.queue_timeout,
             match &self.upstream.coherence {
                 sidecache_pool::tracking::Coherence::Off => "tracking off".to_owned(),
-                sidecache_pool::tracking::Coherence::Tracking { peer_channel, .. } => format!(
-                    "tracking on (peer fallback channel: {})",
+                sidecache_pool::tracking::Coherence::Tracking {
+                    mode, peer_channel, ..
+                } => format!(
+                    "tracking {} (peer fallback channel: {})",
+                    mode.as_str(),
                     peer_channel
                         .as_deref()
                         .map_or_else(|| "off".into(), String::from_utf8_lossy)
@@ -942,6 +960,30 @@ mod tests {
         let c = Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", "4"]))
             .expect("valid");
         assert_eq!(c.upstream.write.pipeline, 4);
+    }
+
+    #[test]
+    fn tracking_modes() {
+        use sidecache_pool::tracking::{Coherence, TrackingMode};
+        let mode = |args: &[&str]| {
+            let mut all = vec!["--upstream", "redis://h"];
+            all.extend_from_slice(args);
+            match Config::from_options(opts(&all))
+                .expect("valid")
+                .upstream
+                .coherence
+            {
+                Coherence::Tracking { mode, .. } => Some(mode),
+                Coherence::Off => None,
+            }
+        };
+        assert_eq!(mode(&[]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "optin"]), Some(TrackingMode::Optin));
+        assert_eq!(mode(&["--tracking", "bcast"]), Some(TrackingMode::Bcast));
+        assert_eq!(mode(&["--tracking", "off"]), None);
+        let o: Options = toml::from_str("tracking = \"on\"").expect("on in a file");
+        assert_eq!(o.tracking, Some(TrackingArg::Optin));
     }
 
     #[test]

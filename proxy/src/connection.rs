@@ -94,10 +94,14 @@ struct Receivers {
     adjust: subscribed::Adjust,
 }
 
-/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`).
+/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`;
+/// on the fill connection, after `CLIENT CACHING YES` at `idx`).
 struct Fetch {
     node: u32,
     idx: u32,
+    /// Sent on the node's fill connection (optin tracking), not the
+    /// client's.
+    fill: bool,
     slot: Option<Slot>,
     key: Bytes,
     /// `None`: not cacheable (filtered key), fetch only.
@@ -185,6 +189,15 @@ pub struct Client {
     st: ClientState,
     topo: Arc<Topology>,
     builders: Vec<Builder>,
+    /// Optin tracking: fills, per node, for the node's fill connection
+    /// (see `cache`).
+    fills: Vec<Builder>,
+    /// Whether optin tracking is in force: then only the database clients
+    /// start in is cached (see `cache`).
+    optin: bool,
+    /// Whether this batch sent a command that may write on the client's
+    /// connections: later fills of its nodes must not overtake it.
+    forwarded_write: bool,
     pending: Vec<Pending>,
     scratch: BytesMut,
     wbuf: BytesMut,
@@ -268,7 +281,12 @@ impl Client {
         });
         let topo = shared.upstream.topology();
         let shared_limit = shared.config.output_limit_normal as usize;
+        let optin =
+            shared.upstream.tracking_mode() == Some(sidecache_pool::tracking::TrackingMode::Optin);
         Client {
+            fills: Vec::new(),
+            optin,
+            forwarded_write: false,
             metrics: ConnMetrics::new(&shared.metrics),
             shared,
             st,
@@ -488,6 +506,10 @@ impl Client {
             return Flow::Continue;
         }
         let Some(info) = found else {
+            if self.has_fills() {
+                self.flush().await;
+            }
+            self.forwarded_write = true;
             // Unknown to upstream's table: let upstream word the error.
             self.forward(0, None, &req.raw);
             return Flow::Continue;
@@ -498,6 +520,15 @@ impl Client {
             && self.write_behind(&info.name, args).await
         {
             return Flow::Continue;
+        }
+        // Fills travel on another connection than this client's commands:
+        // a command that may write goes only once the fills before it
+        // were answered, so none of them can read what it wrote.
+        if cache::may_write(info) {
+            if self.has_fills() {
+                self.flush().await;
+            }
+            self.forwarded_write = true;
         }
         let inval = self.write_invalidation(info, args);
         if info.handling == Handling::Split(Merge::Values) && shared.l1.enabled() && args.len() >= 2

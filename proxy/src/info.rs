@@ -85,6 +85,17 @@ fn coherence(s: &Shared) -> String {
         channels.len(),
         s.l1.config().ttl_cap.as_secs_f64(),
     );
+    if let Some(m) = up.tracking_mode() {
+        out.push_str(&format!("tracking_mode:{}\r\n", m.as_str()));
+    }
+    if let (Some(st), Some(sidecache_pool::tracking::TrackingMode::Optin)) =
+        (up.coherence_stats(), up.tracking_mode())
+    {
+        out.push_str(&format!(
+            "own_invalidations_skipped:{}\r\n",
+            load(&st.own_skipped),
+        ));
+    }
     if let Some(st) = up.coherence_stats() {
         out.push_str(&format!(
             "invalidation_messages:{}\r\ninvalidated_keys:{}\r\ninvalidation_flushes:{}\r\ntracking_channel_losses:{}\r\n",

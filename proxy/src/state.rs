@@ -247,6 +247,14 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
             }
         }
     }
+
+    fn untracked(&self, db: u16, keys: &[Bytes]) {
+        if let Some(shared) = self.0.upgrade() {
+            for k in keys {
+                shared.invalidate(db, k);
+            }
+        }
+    }
 }
 
 /// Applies what the invalidation channels report to the L1 (and forgets

@@ -17,6 +17,9 @@ use sidecache_pool::resp::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+#[path = "support/coherence.rs"]
+pub mod coherence;
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -479,8 +482,23 @@ impl ProxyProcess {
             .spawn()
             .expect("start sidecache");
         let p = ProxyProcess { child, port };
+        // Serving, not only listening: the listener is bound before the
+        // upstream is connected and the command table read, and a test
+        // that stops the upstream right after start must not catch the
+        // proxy still starting (it would give up on the upstream).
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let pong = || -> bool {
+            use std::io::{Read, Write};
+            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                return false;
+            };
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut buf = [0u8; 7];
+            s.write_all(b"PING\r\n").is_ok()
+                && s.read_exact(&mut buf).is_ok()
+                && &buf == b"+PONG\r\n"
+        };
+        while !pong() {
             assert!(Instant::now() < deadline, "sidecache did not start");
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
-use super::{Queued, Write};
+use super::{tracked, Queued, Write};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
 use crate::mux::{MuxConn, Replies, GATHER_TURNS};
@@ -27,6 +27,12 @@ pub(super) struct Batcher {
     /// longer a master of the slot map.
     pub(super) addr: NodeAddr,
     pub(super) conn: MuxConn,
+    /// Optin tracking: batches go wrapped (see [`super::tracked`]) so what
+    /// they write stays tracked for the L1.
+    pub(super) tracked: bool,
+    /// On the channel's own connection: the batch's own invalidations are
+    /// expected and skipped ([`tracked::wrap`]).
+    pub(super) own: bool,
     pub(super) db: u16,
     pub(super) rx: mpsc::Receiver<Queued>,
     pub(super) full: Arc<Notify>,
@@ -38,26 +44,42 @@ pub(super) struct Batcher {
 struct Sent {
     batch: Vec<Queued>,
     payload: Bytes,
+    /// Wrapped as tracked transactions ([`tracked::wrap`]): their layout.
+    wrapped: Option<tracked::Layout>,
     /// `None`: the connection task was gone.
     replies: Option<oneshot::Receiver<Result<Replies>>>,
 }
+
+/// One reply per write, and whether the keys written are tracked now.
+type Answers = (Replies, bool);
 
 impl Sent {
     /// Its answers; `None` if they are not all there (connection trouble)
     /// or the node answered READONLY (demoted: its connection reconnects,
     /// and batches sent after this one may land on the new primary first,
     /// so they all go again in order, as after a connection loss).
-    async fn answers(&mut self) -> Option<Replies> {
+    async fn answers(&mut self) -> Option<Answers> {
         let rx = self.replies.as_mut()?;
         match rx.await {
-            Ok(Ok(r))
-                if r.len() == self.batch.len()
-                    && !r.iter().any(|f| f.starts_with(b"-READONLY")) =>
-            {
-                Some(r)
-            }
+            Ok(Ok(r)) => answers(r, self.batch.len(), self.wrapped.as_ref()),
             _ => None,
         }
+    }
+}
+
+/// The per-write replies of a batch of `n` (unwrapped when `wrapped`).
+fn answers(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<Answers> {
+    if r.iter().any(|f| f.starts_with(b"-READONLY")) {
+        return None;
+    }
+    unwrapped(r, n, wrapped)
+}
+
+/// The per-write replies of a (wrapped) batch of `n`.
+fn unwrapped(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<Answers> {
+    match wrapped {
+        Some(layout) => tracked::unwrap(r, n, layout).map(|u| (u.replies, u.tracked)),
+        None => (r.len() == n).then_some((r, false)),
     }
 }
 
@@ -147,7 +169,7 @@ impl Batcher {
                 continue;
             };
             match answers {
-                Some(replies) => self.settle_batch(&mut oldest.batch, replies).await,
+                Some(a) => self.settle_batch(&mut oldest.batch, a).await,
                 None => {
                     // This batch and all sent after it go again, in order,
                     // once none of them is still on its way.
@@ -157,8 +179,8 @@ impl Batcher {
                         again.push(later);
                     }
                     for mut s in again {
-                        let replies = self.resend(&s.batch, s.payload).await;
-                        self.settle_batch(&mut s.batch, replies).await;
+                        let a = self.resend(&s.batch, s.payload, s.wrapped.as_ref()).await;
+                        self.settle_batch(&mut s.batch, a).await;
                         spare.push(s.batch);
                     }
                     continue;
@@ -191,27 +213,40 @@ impl Batcher {
             _ => 4,
         };
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
-        let payload = if n == 1 {
-            batch[0].write.cmd.clone()
+        let serves = self.up.serves(&self.addr);
+        let mut wrapped = None;
+        let mut own = None;
+        let (payload, count) = if self.tracked && serves {
+            let (payload, count, layout, txs) = tracked::wrap(&batch, self.own);
+            wrapped = Some(layout);
+            own = txs;
+            (payload, count)
+        } else if n == 1 {
+            (batch[0].write.cmd.clone(), 1)
         } else {
             let mut payload =
                 BytesMut::with_capacity(batch.iter().map(|q| q.write.cmd.len()).sum());
             for q in &batch {
                 payload.extend_from_slice(&q.write.cmd);
             }
-            payload.freeze()
+            (payload.freeze(), n)
         };
         tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
         // A node that left the slot map gets nothing more: the batch goes
         // the resend way, to its slots' owners.
-        let replies = if self.up.serves(&self.addr) {
-            self.conn.submit_gathered(payload.clone(), n).await.ok()
-        } else {
-            None
+        let replies = match (serves, own) {
+            (true, Some(keys)) => self
+                .conn
+                .submit_own(payload.clone(), count, keys)
+                .await
+                .ok(),
+            (true, None) => self.conn.submit_gathered(payload.clone(), count).await.ok(),
+            (false, _) => None,
         };
         Sent {
             batch,
             payload,
+            wrapped,
             replies,
         }
     }
@@ -220,9 +255,15 @@ impl Batcher {
     /// answer: on the queue's own connection while its node is a master,
     /// else to the masters that own the writes' slots now. Retries follow
     /// the slot map, refreshed every 100–250 ms while they fail.
-    async fn resend(&mut self, batch: &[Queued], payload: Bytes) -> Replies {
+    async fn resend(
+        &mut self,
+        batch: &[Queued],
+        payload: Bytes,
+        wrapped: Option<&tracked::Layout>,
+    ) -> Answers {
         let wb = self.up.write_behind();
         let n = batch.len();
+        let count = n + wrapped.map_or(0, tracked::Layout::extra);
         let mut backoff = Duration::from_millis(20);
         let mut first = true;
         loop {
@@ -238,12 +279,17 @@ impl Batcher {
             }
             first = false;
             if self.up.serves(&self.addr) {
-                match self.conn.call(payload.clone(), n).await {
-                    Ok(r) if r.len() == n => return r,
-                    Ok(_) | Err(_) => {}
+                // A resend expects no invalidations of its own: any that
+                // come are applied (at worst a lost hit). READONLY here is
+                // settled write by write (retried).
+                if let Ok(r) = self.conn.call(payload.clone(), count).await {
+                    if let Some(a) = unwrapped(r, n, wrapped) {
+                        return a;
+                    }
                 }
             } else if let Some(r) = self.reroute(batch).await {
-                return r;
+                // On other connections, unwrapped: not tracked.
+                return (r, false);
             }
         }
     }
@@ -308,20 +354,34 @@ impl Batcher {
 
     /// Gives every write of a batch its final outcome, in order, and
     /// counts the batch as done.
-    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, replies: Replies) {
+    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, (replies, tracked): Answers) {
         let up = self.up.clone();
         let wb = up.write_behind();
         let n = batch.len();
         let mut ok = 0u64;
+        // Optin: writes whose keys are not tracked now (sent on their own,
+        // or by a batch that could not register them) leave the L1.
+        let mut untracked: Vec<&Write> = Vec::new();
         for (q, reply) in batch.iter().zip(replies) {
             // The common answer, `+OK`, needs no redirect or error check.
             if reply.first() == Some(&b'+') {
                 ok += 1;
+                if self.tracked && !tracked {
+                    untracked.push(&q.write);
+                }
             } else {
                 self.settle(&q.write, reply).await;
+                if self.tracked {
+                    untracked.push(&q.write);
+                }
             }
         }
         wb.stats.flushed.fetch_add(ok, Ordering::Relaxed);
+        if let (false, Some(l)) = (untracked.is_empty(), wb.listener()) {
+            for w in untracked {
+                l.untracked(w.db, &w.keys());
+            }
+        }
         if up.peer().is_some() {
             let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();
             up.publish_written(Some(&keys)).await;

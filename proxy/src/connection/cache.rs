@@ -1,6 +1,15 @@
 //! The L1 side of dispatch: GET and MGET answered from the cache or fetched
 //! (GET + PTTL in one round trip) and filled; writes invalidating, in
 //! command order, at dispatch and again once upstream acknowledged them.
+//!
+//! With optin tracking the fills go on each node's invalidation channel
+//! connection (its *fill lane*, `Client::fills`), after `CLIENT CACHING
+//! YES`, so Redis tracks the keys for this sidecache; everything else goes
+//! on the client's pooled connections. Two connections do not keep a
+//! pipeline's order, so a fill is put on the fill lane only while nothing
+//! that may write is bound for its node on the client's connection in the
+//! batch (else it is fetched there, uncached), and a command that may
+//! write is sent only after the batch's fills were answered.
 
 use std::sync::Arc;
 
@@ -10,12 +19,41 @@ use sidecache_pool::resp;
 use sidecache_pool::Slot;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
-use crate::cmd::handling::Invalidation;
+use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
 use crate::resp::request::Request;
 
+/// Whether a command may change data (or holds commands that may): fills
+/// queued before it must be answered first.
+pub(super) fn may_write(info: &CommandInfo) -> bool {
+    info.invalidation != Invalidation::None
+        || matches!(
+            info.handling,
+            Handling::Transaction
+                | Handling::Blocking
+                | Handling::MaybeBlocking
+                | Handling::PubSub { .. }
+                | Handling::Monitor
+        )
+}
+
+/// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
+const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
+
 impl Client {
+    /// Whether values of database `db` may be cached: always, except with
+    /// optin tracking, where only the database the channel's connection
+    /// selected (the one clients start in) is tracked.
+    pub(super) fn cached_db(&self, db: u16) -> bool {
+        !self.optin || db == self.shared.upstream.default_db()
+    }
+
+    /// Whether fills wait in this batch for the fill connection.
+    pub(super) fn has_fills(&self) -> bool {
+        self.fills.iter().any(|b| b.count > 0)
+    }
+
     /// The node and slot a key routes to; `Err` when no node serves it.
     pub(super) fn route_key(
         &self,
@@ -37,15 +75,40 @@ impl Client {
         self.local_reply(|r| r.error(&msg));
     }
 
-    /// Queues GET + PTTL for `key` on its node.
-    fn enqueue_fetch(&mut self, node: usize, key: &[u8]) -> u32 {
-        let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
-        resp::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
-        resp::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
-        let (_, idx) = self.enqueue(node, &cmd);
-        // `enqueue` counted one command; the PTTL is the second.
-        self.builders[node].count += 1;
-        idx
+    /// Queues GET + PTTL for `key` on its node: on the client's connection,
+    /// or (`fill`) after `CLIENT CACHING YES` on the node's fill connection.
+    fn enqueue_fetch(&mut self, node: usize, key: &[u8], fill: bool) -> u32 {
+        if !fill {
+            let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
+            resp::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
+            resp::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
+            let (_, idx) = self.enqueue(node, &cmd);
+            // `enqueue` counted one command; the PTTL is the second.
+            self.builders[node].count += 1;
+            return idx;
+        }
+        if self.fills.len() <= node {
+            self.fills.resize_with(node + 1, super::Builder::default);
+        }
+        let b = &mut self.fills[node];
+        b.buf.extend_from_slice(CACHING_YES);
+        resp::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
+        resp::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
+        b.count += 3;
+        (b.count - 3) as u32
+    }
+
+    /// Whether a fill of a key of `node` goes on the node's fill
+    /// connection: with optin tracking, the reads that fill the L1 must be
+    /// made on the connection Redis tracks them for, the one that also
+    /// writes this sidecache's batches (its `NOLOOP` keeps our own writes
+    /// from invalidating them). Only while nothing of this batch is bound
+    /// for the node on the client's connection that may write: the fill
+    /// must not overtake it. Otherwise the read goes with the client's
+    /// commands and is not cached.
+    fn fills_on_fill_conn(&self, node: usize) -> bool {
+        self.optin
+            && !(self.forwarded_write && self.builders.get(node).is_some_and(|b| b.count > 0))
     }
 
     /// The batch's clock.
@@ -76,11 +139,16 @@ impl Client {
                 match shared.flights.lead_or_join(db, key, !self.batch_writes) {
                     Role::Join(rx) => self.pending.push(Pending::Join(rx)),
                     Role::Lead(flight) => {
-                        let ticket = self.fill_ticket(node, db, key);
-                        let idx = self.enqueue_fetch(node, key);
+                        let mut ticket = self.fill_ticket(node, db, key);
+                        let fill = ticket.is_some() && self.fills_on_fill_conn(node);
+                        if self.optin && !fill {
+                            ticket = None;
+                        }
+                        let idx = self.enqueue_fetch(node, key, fill);
                         self.pending.push(Pending::Fetch(Box::new(Fetch {
                             node: node as u32,
                             idx,
+                            fill,
                             slot,
                             key: key.clone(),
                             ticket,
@@ -98,6 +166,9 @@ impl Client {
     /// The epoch is read before the channel is checked: see
     /// `sidecache_pool::tracking` for why that order keeps stale values out.
     fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
+        if !self.cached_db(db) {
+            return None;
+        }
         let ticket = self.shared.l1.begin_fill(db, key);
         self.topo
             .nodes()
@@ -123,15 +194,20 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => return self.slot_error(&e),
             };
-            let ticket = if lookup == Lookup::Miss {
+            let mut ticket = if lookup == Lookup::Miss {
                 self.fill_ticket(node, db, key)
             } else {
                 None
             };
-            let idx = self.enqueue_fetch(node, key);
+            let fill = ticket.is_some() && self.fills_on_fill_conn(node);
+            if self.optin && !fill {
+                ticket = None;
+            }
+            let idx = self.enqueue_fetch(node, key, fill);
             items.push(MgetItem::Fetch(Fetch {
                 node: node as u32,
                 idx,
+                fill,
                 slot,
                 key: key.clone(),
                 ticket,

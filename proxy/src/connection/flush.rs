@@ -39,76 +39,102 @@ impl Client {
             .upstream
             .command_timeout()
             .map(|t| tokio::time::Instant::now() + t);
-        for (i, b) in self.builders.iter_mut().enumerate() {
-            if b.count == 0 {
-                continue;
-            }
-            let payload = b.buf.split().freeze();
-            let count = std::mem::take(&mut b.count);
-            let Some(node) = self.topo.nodes().get(i) else {
-                b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
-                continue;
+        // The client's connections, then (optin tracking) the fill
+        // connections: each node's fills go as one pipeline too.
+        for fill in [false, true] {
+            let lane = if fill {
+                &mut self.fills
+            } else {
+                &mut self.builders
             };
-            // Everything queued for write-behind on this node before now
-            // reaches upstream first (per-key order, read-your-writes).
-            // Bounded: a client never hangs behind an unreachable upstream.
-            // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
-            // across them.
-            let limit = self.shared.upstream.write_behind().config().queue_timeout;
-            let mut late = false;
-            let mut waited = false;
-            // And writes still queued for a master that left the slot map:
-            // they are on their way to its slots' new owners, maybe this one.
-            let retired = self.shared.upstream.retired_barriers();
-            for barrier in node.write_barriers().chain(retired) {
-                waited = true;
-                if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
-                    late = true;
-                    break;
+            for (i, b) in lane.iter_mut().enumerate() {
+                if b.count == 0 {
+                    continue;
                 }
-            }
-            if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
-                c.commands.fetch_add(count as u64, Ordering::Relaxed);
-                if waited {
-                    c.write_waits.fetch_add(1, Ordering::Relaxed);
+                let payload = b.buf.split().freeze();
+                let count = std::mem::take(&mut b.count);
+                let Some(node) = self.topo.nodes().get(i) else {
+                    b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
+                    continue;
+                };
+                // Everything queued for write-behind on this node before now
+                // reaches upstream first (per-key order, read-your-writes).
+                // Bounded: a client never hangs behind an unreachable upstream.
+                // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
+                // across them.
+                let limit = self.shared.upstream.write_behind().config().queue_timeout;
+                let mut late = false;
+                let mut waited = false;
+                // And writes still queued for a master that left the slot map:
+                // they are on their way to its slots' new owners, maybe this one.
+                let retired = self.shared.upstream.retired_barriers();
+                for barrier in node.write_barriers().chain(retired) {
+                    waited = true;
+                    if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
+                        late = true;
+                        break;
+                    }
                 }
-            }
-            if late {
-                b.result = Some(Err(sidecache_pool::Error::WritesPending {
-                    addr: node.addr().to_string(),
-                }));
-                continue;
-            }
-            match node.conn(session, hint) {
-                Some(conn) => match within(deadline, conn.submit(payload, count)).await {
-                    Some(Ok(rx)) => b.rx = Some(rx),
-                    Some(Err(e)) => b.result = Some(Err(e)),
-                    None => b.result = Some(Err(timed_out(node))),
-                },
-                None => {
-                    b.result = Some(Err(sidecache_pool::Error::Config(
-                        "database out of range".into(),
-                    )))
-                }
-            }
-        }
-        for (i, b) in self.builders.iter_mut().enumerate() {
-            if let Some(rx) = b.rx.take() {
-                b.result = Some(match within(deadline, rx).await {
-                    Some(r) => r.unwrap_or(Err(sidecache_pool::Error::Closed)),
-                    None => Err(self
-                        .topo
-                        .nodes()
-                        .get(i)
-                        .map_or(sidecache_pool::Error::Closed, |n| timed_out(n))),
-                });
-            }
-        }
-        for i in 0..self.builders.len() {
-            if let Some(Err(e)) = &self.builders[i].result {
-                self.shared.upstream.note_failure(e);
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
-                    c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
+                    c.commands.fetch_add(count as u64, Ordering::Relaxed);
+                    if waited {
+                        c.write_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                if late {
+                    b.result = Some(Err(sidecache_pool::Error::WritesPending {
+                        addr: node.addr().to_string(),
+                    }));
+                    continue;
+                }
+                let owned;
+                let conn = if fill {
+                    owned = self.shared.upstream.fill_conn(node, session.db);
+                    owned.as_ref()
+                } else {
+                    node.conn(session, hint)
+                };
+                match conn {
+                    Some(conn) => match within(deadline, conn.submit(payload, count)).await {
+                        Some(Ok(rx)) => b.rx = Some(rx),
+                        Some(Err(e)) => b.result = Some(Err(e)),
+                        None => b.result = Some(Err(timed_out(node))),
+                    },
+                    None => {
+                        b.result = Some(Err(sidecache_pool::Error::Config(
+                            "database out of range".into(),
+                        )))
+                    }
+                }
+            }
+        }
+        for fill in [false, true] {
+            let lane = if fill {
+                &mut self.fills
+            } else {
+                &mut self.builders
+            };
+            for (i, b) in lane.iter_mut().enumerate() {
+                if let Some(rx) = b.rx.take() {
+                    b.result = Some(match within(deadline, rx).await {
+                        Some(r) => r.unwrap_or(Err(sidecache_pool::Error::Closed)),
+                        None => Err(self
+                            .topo
+                            .nodes()
+                            .get(i)
+                            .map_or(sidecache_pool::Error::Closed, |n| timed_out(n))),
+                    });
+                }
+            }
+        }
+        for fill in [false, true] {
+            let lane = if fill { &self.fills } else { &self.builders };
+            for (i, b) in lane.iter().enumerate() {
+                if let Some(Err(e)) = &b.result {
+                    self.shared.upstream.note_failure(e);
+                    if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
+                        c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -314,9 +340,10 @@ impl Client {
             self.flush_open_tx().await;
         }
         self.scratch.clear();
-        for b in self.builders.iter_mut() {
+        for b in self.builders.iter_mut().chain(self.fills.iter_mut()) {
             b.result = None;
         }
+        self.forwarded_write = false;
         let stats = &self.shared.stats;
         stats
             .commands
@@ -344,8 +371,23 @@ impl Client {
     /// Takes a fetch's GET and PTTL replies, fills the L1 when allowed, and
     /// publishes the result to coalesced readers.
     async fn finish_fetch(&mut self, f: &mut Fetch) {
-        let got = self.take_frame(f.node, f.idx);
-        let pttl = self.take_frame(f.node, f.idx + 1);
+        let (got, pttl) = if f.fill {
+            // Not tracked unless Redis took the CLIENT CACHING YES: fetched
+            // only, not cached.
+            let caching = self.take_lane_frame(true, f.node, f.idx);
+            if !caching.is_ok_and(|c| resp::error_text(&c).is_none()) {
+                f.ticket = None;
+            }
+            (
+                self.take_lane_frame(true, f.node, f.idx + 1),
+                self.take_lane_frame(true, f.node, f.idx + 2),
+            )
+        } else {
+            (
+                self.take_frame(f.node, f.idx),
+                self.take_frame(f.node, f.idx + 1),
+            )
+        };
         let result = match got {
             Err(e) => Fetched::Error(error_frame(&e)),
             Ok(frame) if resp::error_text(&frame).is_some() && self.topo.is_cluster() => {
@@ -391,11 +433,23 @@ impl Client {
 
     /// Takes one reply frame out of a node's results.
     pub(super) fn take_frame(&mut self, node: u32, idx: u32) -> sidecache_pool::Result<Bytes> {
-        let frame = match self
-            .builders
-            .get_mut(node as usize)
-            .and_then(|b| b.result.as_mut())
-        {
+        self.take_lane_frame(false, node, idx)
+    }
+
+    /// Takes one reply frame out of a node's results on the client's
+    /// connection, or (`fill`) on the node's fill connection.
+    fn take_lane_frame(
+        &mut self,
+        fill: bool,
+        node: u32,
+        idx: u32,
+    ) -> sidecache_pool::Result<Bytes> {
+        let lane = if fill {
+            &mut self.fills
+        } else {
+            &mut self.builders
+        };
+        let frame = match lane.get_mut(node as usize).and_then(|b| b.result.as_mut()) {
             Some(Ok(frames)) => frames
                 .get_mut(idx as usize)
                 .map(std::mem::take)

@@ -67,10 +67,10 @@ impl Client {
             }
         }
         // Nothing already bound for these nodes may be overtaken.
-        if groups
-            .iter()
-            .any(|g| self.builders.get(g.0).is_some_and(|b| b.count > 0))
-        {
+        if groups.iter().any(|g| {
+            self.builders.get(g.0).is_some_and(|b| b.count > 0)
+                || self.fills.get(g.0).is_some_and(|b| b.count > 0)
+        }) {
             self.flush().await;
         }
         let shared = std::sync::Arc::clone(&self.shared);
@@ -144,8 +144,10 @@ impl Client {
             Expiry::At(ms) => now + Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0)),
         };
         let db = self.st.db;
+        // Optin: another database than the tracked one is not cached.
+        let keep = self.cached_db(db);
         for &(k, v) in &plan.pairs {
-            if plan.expiry == Expiry::KeepTtl {
+            if plan.expiry == Expiry::KeepTtl || !keep {
                 self.shared.invalidate(db, &args[k]);
             } else {
                 self.shared

@@ -1,0 +1,337 @@
+//! Optin tracking's own races (`--tracking optin`, the default): the fills
+//! are read on the invalidation channel's own connection (one per master),
+//! the proxy's own write-behind batches travel on it too and register what
+//! they wrote in the same transaction, and the invalidations of those own
+//! writes are recognised and skipped. Checked here: own writes stay cached *and* tracked
+//! (a direct write after them still invalidates); writes on every other
+//! connection invalidate (direct, another sidecache, this sidecache's own
+//! forwarded writes); a pipeline's fills never read a later command's
+//! write; own and foreign writes racing on the same keys leave nothing
+//! stale; other databases are not cached; Redis's tracking-table evictions
+//! (`tracking-table-max-keys`) arrive as invalidations. Standalone and
+//! cluster.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::coherence::{cache, info, time_until, wait_field, Direct, BOUND};
+use support::{info_field, upstream_calls, Cluster, Proxy, RedisServer};
+
+/// Writes through the proxy, waits for the flush, and checks that the
+/// value is served from the L1 (no GET upstream) and that a direct write
+/// afterwards still reaches the L1: the flush kept the key tracked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_writes_stay_cached_and_tracked() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis.conn().await;
+    assert!(info(&mut c).await.contains("tracking_mode:optin\r\n"));
+    // Half the keys read (and so tracked) before the write, half never.
+    for i in 0..100 {
+        let key = format!("o:{i}");
+        if i % 2 == 0 {
+            let _: () = d.set(&key, "direct").await.unwrap();
+            cache(&mut c, &key).await;
+        }
+        let _: () = c.set(&key, format!("own{i}")).await.unwrap();
+    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+    // Any invalidation of our own flush would have arrived by now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let gets = upstream_calls(&redis, "get").await;
+    for i in 0..100 {
+        let got: String = c.get(format!("o:{i}")).await.unwrap();
+        assert_eq!(got, format!("own{i}"));
+    }
+    assert_eq!(
+        upstream_calls(&redis, "get").await,
+        gets,
+        "own writes served from the L1 after their flush"
+    );
+    // Still tracked: a direct write is seen.
+    let mut times = Vec::new();
+    for i in 0..100 {
+        let key = format!("o:{i}");
+        let _: () = d.set(&key, "later").await.unwrap();
+        times.push(time_until(&mut c, &key, "later").await);
+    }
+    support::coherence::report("direct write after an own flush (optin)", times);
+}
+
+/// A key cached by proxy A is changed on every other kind of connection:
+/// directly, by A's own forwarded write (the client's connection, not the
+/// fill connection), by proxy B's write-behind flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_other_connections_invalidate() {
+    let redis = RedisServer::start(&[]);
+    let a = Proxy::start(&redis.url(), &[]).await;
+    let b = Proxy::start(&redis.url(), &[]).await;
+    let mut ca = a.conn().await;
+    let mut cb = b.conn().await;
+    let mut d = redis.conn().await;
+    for round in 0..50 {
+        let key = format!("x:{round}");
+        let _: () = d.set(&key, "1").await.unwrap();
+        cache(&mut ca, &key).await;
+        let _: () = d.set(&key, "2").await.unwrap();
+        time_until(&mut ca, &key, "2").await;
+        cache(&mut ca, &key).await;
+        // Forwarded (conditional SET: not written behind) through A.
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg("3")
+            .arg("XX")
+            .query_async(&mut ca)
+            .await
+            .unwrap();
+        let got: String = ca.get(&key).await.unwrap();
+        assert_eq!(got, "3", "own forwarded write");
+        cache(&mut ca, &key).await;
+        // Through B, once flushed.
+        let _: () = cb.set(&key, "4").await.unwrap();
+        let t0 = Instant::now();
+        while d.get::<_, String>(&key).await.unwrap() != "4" {
+            assert!(t0.elapsed() < BOUND, "B never flushed {key}");
+            tokio::task::yield_now().await;
+        }
+        time_until(&mut ca, &key, "4").await;
+    }
+}
+
+/// In one pipeline, a fill (on the fill connection) and a later write on
+/// the client's connection: the GET answers the value from before the
+/// write, and the next read sees the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelines_fill_never_reads_a_later_write() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis.conn().await;
+    for i in 0..200 {
+        let key = format!("p:{i}");
+        let _: () = d.set(&key, 10).await.unwrap();
+        let (before, incr, after): (i64, i64, i64) = redis::pipe()
+            .get(&key)
+            .incr(&key, 1)
+            .get(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!((before, incr, after), (10, 11, 11), "{key}");
+        // And a write-behind SET after a fill in one pipeline.
+        let (old, (), new): (i64, (), i64) = redis::pipe()
+            .get(format!("q:{i}"))
+            .set(format!("q:{i}"), 7)
+            .get(format!("q:{i}"))
+            .query_async(&mut c)
+            .await
+            .map(|(o, (), n): (Option<i64>, (), i64)| (o.unwrap_or(0), (), n))
+            .unwrap();
+        assert_eq!((old, new), (0, 7), "q:{i}");
+        let got: i64 = c.get(&key).await.unwrap();
+        assert_eq!(got, 11);
+    }
+}
+
+/// Own write-behind writes and direct writes to the same keys, with
+/// readers through the proxy: once both stop and the queue is drained,
+/// every key read through the proxy is upstream's value. A foreign write
+/// right after one of our own transactions must not be taken for one of
+/// its own invalidations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_and_foreign_writes_to_the_same_keys() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    const KEYS: usize = 2_000;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for r in 0..2usize {
+        let mut c = proxy.conn().await;
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = r * 131;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = redis::pipe();
+                for _ in 0..40 {
+                    i = (i * 31 + 7) % KEYS;
+                    p.get(format!("m:{i}"));
+                }
+                let _: Vec<Option<String>> = p.query_async(&mut c).await.unwrap();
+            }
+        }));
+    }
+    let mut writers = Vec::new();
+    for w in 0..2u64 {
+        // One writer through the proxy, one direct.
+        let mut c = if w == 0 {
+            proxy.conn().await
+        } else {
+            redis.conn().await
+        };
+        writers.push(tokio::spawn(async move {
+            let mut x = w * 7919 + 3;
+            for round in 0..60u64 {
+                let mut p = redis::pipe();
+                for _ in 0..100 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    let k = (x >> 33) as usize % KEYS;
+                    p.set(format!("m:{k}"), format!("{w}:{round}")).ignore();
+                }
+                let _: () = p.query_async(&mut c).await.unwrap();
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let mut c = proxy.conn().await;
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut d = redis.conn().await;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("m:{i}")).collect();
+    let upstream: Vec<Option<String>> = d.mget(&keys).await.unwrap();
+    let mut p = redis::pipe();
+    for k in &keys {
+        p.get(k);
+    }
+    let served: Vec<Option<String>> = p.query_async(&mut c).await.unwrap();
+    let stale: Vec<usize> = (0..KEYS).filter(|&i| upstream[i] != served[i]).collect();
+    let inf = info(&mut c).await;
+    eprintln!(
+        "own+foreign storm: l1_hits={} own_invalidations_skipped={} invalidated_keys={}",
+        info_field(&inf, "l1_hits"),
+        info_field(&inf, "own_invalidations_skipped"),
+        info_field(&inf, "invalidated_keys")
+    );
+    assert!(
+        stale.is_empty(),
+        "{} stale keys, e.g. {:?}",
+        stale.len(),
+        &stale[..stale.len().min(5)]
+    );
+    assert!(info_field(&inf, "own_invalidations_skipped") > 0);
+}
+
+/// Optin tracks the database clients start in; another one is served
+/// from upstream, never from the L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_databases_are_not_cached() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let _: () = redis::cmd("SELECT")
+        .arg(2)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = c.set("db2", "own").await.unwrap();
+    let got: String = c.get("db2").await.unwrap();
+    assert_eq!(got, "own");
+    let mut d = redis::Client::open(format!("{}/2", redis.url()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let want = format!("direct{i}");
+        let _: () = d.set("db2", &want).await.unwrap();
+        let got: String = c.get("db2").await.unwrap();
+        assert_eq!(got, want, "served at once: not cached");
+    }
+    assert_eq!(info_field(&info(&mut c).await, "l1_entries"), 0);
+}
+
+/// Redis's tracking table is full (`tracking-table-max-keys`): the keys it
+/// evicts are invalidated, so none is served stale after direct writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_table_evictions_are_invalidations() {
+    let redis = RedisServer::start(&["--tracking-table-max-keys", "100"]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis.conn().await;
+    const N: usize = 500;
+    for i in 0..N {
+        let _: () = d.set(format!("e:{i}"), "old").await.unwrap();
+        cache(&mut c, &format!("e:{i}")).await;
+    }
+    let t0 = Instant::now();
+    let evicted = loop {
+        let n = info_field(&info(&mut c).await, "invalidated_keys");
+        if n as usize >= N - 100 {
+            break n;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{n} evictions seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("tracking-table-max-keys 100, {N} keys cached: {evicted} invalidated by Redis");
+    for i in 0..N {
+        let _: () = d.set(format!("e:{i}"), "new").await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..N {
+        let got: String = c.get(format!("e:{i}")).await.unwrap();
+        assert_eq!(got, "new", "e:{i}");
+    }
+}
+
+/// The same on a 3-master cluster: own writes stay cached and tracked,
+/// foreign writes on each master reach the L1, a pipeline's fills never
+/// read its later writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_own_writes_and_foreign_writes() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut c = proxy.conn().await;
+    let mut d = Direct::cluster(&cluster).await;
+    wait_field(&mut c, "tracking_channels_up", 3, Duration::from_secs(5)).await;
+    for i in 0..150 {
+        let key = format!("c:{i}");
+        if i % 3 == 0 {
+            let _: () = d.conn(&key).set(&key, "direct").await.unwrap();
+            cache(&mut c, &key).await;
+        }
+        let _: () = c.set(&key, format!("own{i}")).await.unwrap();
+    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = info_field(&info(&mut c).await, "l1_hits");
+    for i in 0..150 {
+        let got: String = c.get(format!("c:{i}")).await.unwrap();
+        assert_eq!(got, format!("own{i}"));
+    }
+    let inf = info(&mut c).await;
+    eprintln!(
+        "cluster own writes: hits {} of 150, own_invalidations_skipped={} invalidated_keys={} losses={}",
+        info_field(&inf, "l1_hits") - before,
+        info_field(&inf, "own_invalidations_skipped"),
+        info_field(&inf, "invalidated_keys"),
+        info_field(&inf, "tracking_channel_losses")
+    );
+    assert_eq!(info_field(&inf, "l1_hits") - before, 150);
+    let mut times = Vec::new();
+    for i in 0..150 {
+        let key = format!("c:{i}");
+        let _: () = d.conn(&key).set(&key, "later").await.unwrap();
+        times.push(time_until(&mut c, &key, "later").await);
+    }
+    support::coherence::report("cluster, direct write after an own flush (optin)", times);
+    for i in 0..60 {
+        let key = format!("{{t}}:{i}");
+        let _: () = d.conn(&key).set(&key, 5).await.unwrap();
+        let (before, incr): (i64, i64) = redis::pipe()
+            .get(&key)
+            .incr(&key, 1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!((before, incr), (5, 6));
+    }
+}
