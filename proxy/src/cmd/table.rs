@@ -223,7 +223,7 @@ impl CommandInfo {
                     keystep,
                 } => {
                     let idx = first + keynumidx;
-                    if idx >= argc {
+                    if idx >= argc || idx < 0 {
                         return Err(KeysError::Invalid);
                     }
                     let n = crate::resp::request::parse_i64(&args[idx as usize])
@@ -232,7 +232,7 @@ impl CommandInfo {
                         return Err(KeysError::Invalid);
                     }
                     let first = first + firstkey;
-                    (first, first + n - 1, *keystep)
+                    (first, first.saturating_add(n - 1), *keystep)
                 }
                 FindKeys::Unknown => {
                     complete = false;
@@ -244,15 +244,22 @@ impl CommandInfo {
             }
             let mut i = first;
             while i <= last {
-                if i >= argc || i < first {
+                if i < 0 {
+                    return Err(KeysError::Unknown);
+                }
+                if i >= argc {
+                    // Past the arguments every later position is too: stop
+                    // (a client's `EVAL s 1000000000000` used to spin here).
                     if self.arity < 0 {
-                        i += step;
-                        continue;
+                        break;
                     }
                     return Err(KeysError::Invalid);
                 }
                 out.push(i as usize);
-                i += step;
+                let Some(next) = i.checked_add(step) else {
+                    break;
+                };
+                i = next;
             }
         }
         if !complete && out.len() == start {

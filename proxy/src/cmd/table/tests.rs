@@ -77,6 +77,10 @@ fn keynum_and_keyword() {
     assert_eq!(keys(&eval, "EVAL s 2 a b x"), Ok(vec![3, 4]));
     assert_eq!(keys(&eval, "EVAL s 0"), Ok(vec![]));
     assert_eq!(keys(&eval, "EVAL s x"), Err(KeysError::Invalid));
+    // Found by fuzz/command_keys: a huge numkeys spun for ~10^12 iterations
+    // (and i64::MAX overflowed).
+    assert_eq!(keys(&eval, "EVAL s 1000000000000"), Ok(vec![]));
+    assert_eq!(keys(&eval, "EVAL s 9223372036854775807 a"), Ok(vec![3]));
     // XREAD ... STREAMS k1 k2 id1 id2
     let xread = info(
         -4,
