@@ -384,8 +384,14 @@ mod tests {
     #[test]
     fn crlf_without_type_byte_is_an_error() {
         // Found by fuzz/reply_scanner: "\r\n" as a frame sliced [1..0].
-        assert_eq!(Scanner::new().scan(b"\r\n"), Err(ProtocolError::MissingCrlf));
-        assert_eq!(Scanner::new().scan(b"*1\r\n\r\n"), Err(ProtocolError::MissingCrlf));
+        assert_eq!(
+            Scanner::new().scan(b"\r\n"),
+            Err(ProtocolError::MissingCrlf)
+        );
+        assert_eq!(
+            Scanner::new().scan(b"*1\r\n\r\n"),
+            Err(ProtocolError::MissingCrlf)
+        );
         let f = Bytes::from_static(b"\r\n");
         assert_eq!(Value::decode(&f), Err(ProtocolError::MissingCrlf));
     }

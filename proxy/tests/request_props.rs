@@ -89,7 +89,11 @@ fn parse_in_pieces(stream: &[u8], cuts: &[usize]) -> (Vec<(Bytes, Vec<Bytes>)>, 
     for end in ends {
         buf.extend_from_slice(&stream[fed..end]);
         fed = end;
-        while p.parse(&mut buf, &mut req).expect("valid requests").is_some() {
+        while p
+            .parse(&mut buf, &mut req)
+            .expect("valid requests")
+            .is_some()
+        {
             out.push((req.raw.clone(), req.args.clone()));
         }
     }
