@@ -59,7 +59,12 @@ fn spec(b: &[u8]) -> Value {
             bulk(b"type"),
             bulk(b"keyword"),
             bulk(b"spec"),
-            Value::Array(vec![bulk(b"keyword"), bulk(b"K"), bulk(b"startfrom"), int(b[1])]),
+            Value::Array(vec![
+                bulk(b"keyword"),
+                bulk(b"K"),
+                bulk(b"startfrom"),
+                int(b[1]),
+            ]),
         ]),
         _ => Value::Array(vec![bulk(b"type"), bulk(b"unknown")]),
     };
@@ -92,7 +97,11 @@ fn spec(b: &[u8]) -> Value {
         ]),
         _ => Value::Array(vec![bulk(b"type"), bulk(b"unknown")]),
     };
-    let flags = if b[0] & 0x80 != 0 { vec![bulk(b"RW")] } else { vec![bulk(b"RO")] };
+    let flags = if b[0] & 0x80 != 0 {
+        vec![bulk(b"RW")]
+    } else {
+        vec![bulk(b"RO")]
+    };
     Value::Array(vec![
         bulk(b"flags"),
         Value::Array(flags),
@@ -112,7 +121,9 @@ fn synthetic_table(b: &[u8; 16]) -> Option<CommandTable> {
         flags.push(Value::Status(Bytes::from_static(b"write")));
     }
     let nspecs = usize::from(b[1] >> 2) % 3;
-    let specs = (0..nspecs).map(|i| spec(&b[4 + i * 6..10 + i * 6])).collect();
+    let specs = (0..nspecs)
+        .map(|i| spec(&b[4 + i * 6..10 + i * 6]))
+        .collect();
     let entry = Value::Array(vec![
         bulk(b"x"),
         int(b[0]),
@@ -130,7 +141,11 @@ fn synthetic_table(b: &[u8; 16]) -> Option<CommandTable> {
 
 fn legacy(info: &CommandInfo, argc: usize) -> Vec<usize> {
     let argc = argc as i64;
-    let last = if info.last < 0 { argc + info.last } else { info.last };
+    let last = if info.last < 0 {
+        argc + info.last
+    } else {
+        info.last
+    };
     let mut out = vec![];
     let mut i = info.first;
     while i <= last && i < argc {
@@ -154,7 +169,12 @@ fn check(table: &CommandTable, real: bool, args: &[Bytes]) {
     assert!(info.arity_ok(args.len()));
     for &k in &keys {
         // (A synthetic table may name the command itself as a key.)
-        assert!(k < args.len() && (k >= 1 || !real), "{}: key {k} of {} args", info.name, args.len());
+        assert!(
+            k < args.len() && (k >= 1 || !real),
+            "{}: key {k} of {} args",
+            info.name,
+            args.len()
+        );
     }
     if let Ok(_) = w {
         for k in &written {
@@ -185,7 +205,10 @@ fuzz_target!(|data: &[u8]| {
         };
         (t, false, stream)
     };
-    let mut p = Parser::new(Limits { max_bulk: 1 << 20, max_multibulk: 1 << 16 });
+    let mut p = Parser::new(Limits {
+        max_bulk: 1 << 20,
+        max_multibulk: 1 << 16,
+    });
     let mut buf = BytesMut::from(stream);
     let mut req = Request::default();
     while let Ok(Some(())) = p.parse(&mut buf, &mut req) {

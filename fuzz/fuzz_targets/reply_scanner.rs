@@ -16,15 +16,18 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use sidecache_pool::resp::{array_elements, error_text, ProtocolError, Scanner, Value};
 use sidecache_fuzz::{chunks, encode_value};
+use sidecache_pool::resp::{array_elements, error_text, ProtocolError, Scanner, Value};
 
 fn check_frame(frame: &Bytes) {
     let _ = error_text(frame);
     match Value::decode(frame) {
         Ok(v) => {
             let short = frame.slice(..frame.len() - 1);
-            assert!(Value::decode(&short).is_err(), "decode stops before the frame's end");
+            assert!(
+                Value::decode(&short).is_err(),
+                "decode stops before the frame's end"
+            );
             let mut enc = BytesMut::new();
             encode_value(&mut enc, &v);
             let enc = enc.freeze();

@@ -29,7 +29,10 @@ fn check(input: &[u8], limits: Limits, unauth: bool, req: &Request, before: usiz
     for a in args {
         // Every argument is a zero-copy slice of `raw`.
         let r = req.raw.as_ptr() as usize..req.raw.as_ptr() as usize + req.raw.len();
-        assert!(a.is_empty() || (r.contains(&(a.as_ptr() as usize)) && a.as_ptr() as usize + a.len() <= r.end));
+        assert!(
+            a.is_empty()
+                || (r.contains(&(a.as_ptr() as usize)) && a.as_ptr() as usize + a.len() <= r.end)
+        );
     }
     let consumed = &input[before..after];
     // An inline line's re-encoding contains a newline inside its first
@@ -37,7 +40,12 @@ fn check(input: &[u8], limits: Limits, unauth: bool, req: &Request, before: usiz
     if consumed.ends_with(&req.raw) {
         // Multibulk: `raw` is the tail of what this call consumed (empty
         // requests before it are dropped silently).
-        assert!(same_modulo_terminators(&req.raw, args), "raw {:?} args {:?}", req.raw, args);
+        assert!(
+            same_modulo_terminators(&req.raw, args),
+            "raw {:?} args {:?}",
+            req.raw,
+            args
+        );
         assert!(args.len() as u64 <= limits.max_multibulk);
         for a in args {
             assert!(a.len() as u64 <= limits.max_bulk);
@@ -87,16 +95,27 @@ fn run(input: &[u8], limits: Limits, unauth: bool, pieces: Option<&[usize]>) -> 
                 Ok(Some(())) => {
                     let after = fed - buf.len();
                     check(input, limits, unauth, &out, before, after);
-                    requests.push((out.raw.to_vec(), out.args.iter().map(|a| a.to_vec()).collect()));
+                    requests.push((
+                        out.raw.to_vec(),
+                        out.args.iter().map(|a| a.to_vec()).collect(),
+                    ));
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Outcome { requests, error: Some(e), leftover: buf.to_vec() };
+                    return Outcome {
+                        requests,
+                        error: Some(e),
+                        leftover: buf.to_vec(),
+                    };
                 }
             }
         }
     }
-    Outcome { requests, error: None, leftover: buf.to_vec() }
+    Outcome {
+        requests,
+        error: None,
+        leftover: buf.to_vec(),
+    }
 }
 
 fuzz_target!(|data: &[u8]| {

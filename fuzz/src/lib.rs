@@ -20,7 +20,11 @@ pub fn chunks(seed: u64, len: usize) -> Vec<usize> {
     while left > 0 {
         let r = next();
         // Mostly tiny pieces (cuts inside headers and CRLFs), sometimes big.
-        let c = if r % 8 == 0 { 1 + (r >> 8) as usize % 512 } else { 1 + (r >> 8) as usize % 4 };
+        let c = if r % 8 == 0 {
+            1 + (r >> 8) as usize % 512
+        } else {
+            1 + (r >> 8) as usize % 4
+        };
         let c = c.min(left);
         out.push(c);
         left -= c;

@@ -209,11 +209,11 @@ impl CommandInfo {
                     limit,
                 } => {
                     let last = if *lastkey >= 0 {
-                        first + lastkey
+                        first.saturating_add(*lastkey)
                     } else if *limit == 0 {
-                        argc + lastkey
+                        argc.saturating_add(*lastkey)
                     } else {
-                        first + ((argc - first) / limit + lastkey)
+                        first.saturating_add(((argc - first) / limit).saturating_add(*lastkey))
                     };
                     (first, last, *keystep)
                 }
@@ -222,7 +222,8 @@ impl CommandInfo {
                     firstkey,
                     keystep,
                 } => {
-                    let idx = first + keynumidx;
+                    // Saturating: the spec's numbers come from upstream.
+                    let idx = first.saturating_add(*keynumidx);
                     if idx >= argc || idx < 0 {
                         return Err(KeysError::Invalid);
                     }
@@ -231,7 +232,7 @@ impl CommandInfo {
                     if n < 0 {
                         return Err(KeysError::Invalid);
                     }
-                    let first = first + firstkey;
+                    let first = first.saturating_add(*firstkey);
                     (first, first.saturating_add(n - 1), *keystep)
                 }
                 FindKeys::Unknown => {

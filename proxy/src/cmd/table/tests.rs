@@ -193,3 +193,31 @@ fn written_keys_follow_spec_flags() {
     let pfcount = info(-2, 1, -1, 1, vec![rw]);
     assert!(!pfcount.flags.write && pfcount.writes_keys());
 }
+
+#[test]
+fn extreme_spec_numbers_do_not_overflow() {
+    // Found by fuzz/command_keys: a key spec from a broken upstream with
+    // keynumidx = i64::MAX overflowed `first + keynumidx`.
+    for (keynumidx, firstkey) in [(i64::MAX, 1), (0, i64::MAX), (i64::MIN, 0)] {
+        let c = info(
+            -2,
+            0,
+            0,
+            0,
+            vec![KeySpec {
+                writes: false,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Keynum {
+                    keynumidx,
+                    firstkey,
+                    keystep: 1,
+                },
+            }],
+        );
+        let mut out = Vec::new();
+        let _ = c.keys(&args("X 1 a"), &mut out);
+        assert!(out.iter().all(|&k| k < 3));
+    }
+    let c = info(-2, 0, 0, 0, vec![range(1, i64::MAX, 1, 0)]);
+    assert_eq!(keys(&c, "X a b"), Ok(vec![1, 2]));
+}
