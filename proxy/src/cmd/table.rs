@@ -128,7 +128,7 @@ impl CommandInfo {
         if self.arity >= 0 {
             argc == self.arity
         } else {
-            argc >= -self.arity
+            argc >= self.arity.saturating_neg()
         }
     }
 

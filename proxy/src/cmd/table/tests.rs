@@ -218,6 +218,8 @@ fn extreme_spec_numbers_do_not_overflow() {
         let _ = c.keys(&args("X 1 a"), &mut out);
         assert!(out.iter().all(|&k| k < 3));
     }
+    // And arity = i64::MIN overflowed `-arity`.
+    assert!(!info(i64::MIN, 0, 0, 0, vec![]).arity_ok(3));
     let c = info(-2, 0, 0, 0, vec![range(1, i64::MAX, 1, 0)]);
     assert_eq!(keys(&c, "X a b"), Ok(vec![1, 2]));
 }
