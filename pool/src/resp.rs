@@ -112,7 +112,8 @@ fn line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ProtocolError>
     match memchr::memchr(b'\n', &buf[pos..]) {
         Some(i) => {
             let end = pos + i;
-            if end == pos || buf[end - 1] != b'\r' {
+            // `end < pos + 2`: "\n" or "\r\n" with no type byte before it.
+            if end < pos + 2 || buf[end - 1] != b'\r' {
                 return Err(ProtocolError::MissingCrlf);
             }
             Ok(Some((&buf[pos + 1..end - 1], end + 1)))
@@ -378,6 +379,21 @@ mod tests {
         assert_eq!(scan_all(&v), Some(v.len()));
         let frame = Bytes::from(v);
         assert_eq!(Value::decode(&frame), Err(ProtocolError::TooDeep));
+    }
+
+    #[test]
+    fn crlf_without_type_byte_is_an_error() {
+        // Found by fuzz/reply_scanner: "\r\n" as a frame sliced [1..0].
+        assert_eq!(
+            Scanner::new().scan(b"\r\n"),
+            Err(ProtocolError::MissingCrlf)
+        );
+        assert_eq!(
+            Scanner::new().scan(b"*1\r\n\r\n"),
+            Err(ProtocolError::MissingCrlf)
+        );
+        let f = Bytes::from_static(b"\r\n");
+        assert_eq!(Value::decode(&f), Err(ProtocolError::MissingCrlf));
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl CommandInfo {
         if self.arity >= 0 {
             argc == self.arity
         } else {
-            argc >= -self.arity
+            argc >= self.arity.saturating_neg()
         }
     }
 
@@ -209,11 +209,11 @@ impl CommandInfo {
                     limit,
                 } => {
                     let last = if *lastkey >= 0 {
-                        first + lastkey
+                        first.saturating_add(*lastkey)
                     } else if *limit == 0 {
-                        argc + lastkey
+                        argc.saturating_add(*lastkey)
                     } else {
-                        first + ((argc - first) / limit + lastkey)
+                        first.saturating_add(((argc - first) / limit).saturating_add(*lastkey))
                     };
                     (first, last, *keystep)
                 }
@@ -222,8 +222,9 @@ impl CommandInfo {
                     firstkey,
                     keystep,
                 } => {
-                    let idx = first + keynumidx;
-                    if idx >= argc {
+                    // Saturating: the spec's numbers come from upstream.
+                    let idx = first.saturating_add(*keynumidx);
+                    if idx >= argc || idx < 0 {
                         return Err(KeysError::Invalid);
                     }
                     let n = crate::resp::request::parse_i64(&args[idx as usize])
@@ -231,8 +232,8 @@ impl CommandInfo {
                     if n < 0 {
                         return Err(KeysError::Invalid);
                     }
-                    let first = first + firstkey;
-                    (first, first + n - 1, *keystep)
+                    let first = first.saturating_add(*firstkey);
+                    (first, first.saturating_add(n - 1), *keystep)
                 }
                 FindKeys::Unknown => {
                     complete = false;
@@ -244,15 +245,22 @@ impl CommandInfo {
             }
             let mut i = first;
             while i <= last {
-                if i >= argc || i < first {
+                if i < 0 {
+                    return Err(KeysError::Unknown);
+                }
+                if i >= argc {
+                    // Past the arguments every later position is too: stop
+                    // (a client's `EVAL s 1000000000000` used to spin here).
                     if self.arity < 0 {
-                        i += step;
-                        continue;
+                        break;
                     }
                     return Err(KeysError::Invalid);
                 }
                 out.push(i as usize);
-                i += step;
+                let Some(next) = i.checked_add(step) else {
+                    break;
+                };
+                i = next;
             }
         }
         if !complete && out.len() == start {

@@ -77,6 +77,10 @@ fn keynum_and_keyword() {
     assert_eq!(keys(&eval, "EVAL s 2 a b x"), Ok(vec![3, 4]));
     assert_eq!(keys(&eval, "EVAL s 0"), Ok(vec![]));
     assert_eq!(keys(&eval, "EVAL s x"), Err(KeysError::Invalid));
+    // Found by fuzz/command_keys: a huge numkeys spun for ~10^12 iterations
+    // (and i64::MAX overflowed).
+    assert_eq!(keys(&eval, "EVAL s 1000000000000"), Ok(vec![]));
+    assert_eq!(keys(&eval, "EVAL s 9223372036854775807 a"), Ok(vec![3]));
     // XREAD ... STREAMS k1 k2 id1 id2
     let xread = info(
         -4,
@@ -188,4 +192,34 @@ fn written_keys_follow_spec_flags() {
     rw.writes = true;
     let pfcount = info(-2, 1, -1, 1, vec![rw]);
     assert!(!pfcount.flags.write && pfcount.writes_keys());
+}
+
+#[test]
+fn extreme_spec_numbers_do_not_overflow() {
+    // Found by fuzz/command_keys: a key spec from a broken upstream with
+    // keynumidx = i64::MAX overflowed `first + keynumidx`.
+    for (keynumidx, firstkey) in [(i64::MAX, 1), (0, i64::MAX), (i64::MIN, 0)] {
+        let c = info(
+            -2,
+            0,
+            0,
+            0,
+            vec![KeySpec {
+                writes: false,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Keynum {
+                    keynumidx,
+                    firstkey,
+                    keystep: 1,
+                },
+            }],
+        );
+        let mut out = Vec::new();
+        let _ = c.keys(&args("X 1 a"), &mut out);
+        assert!(out.iter().all(|&k| k < 3));
+    }
+    // And arity = i64::MIN overflowed `-arity`.
+    assert!(!info(i64::MIN, 0, 0, 0, vec![]).arity_ok(3));
+    let c = info(-2, 0, 0, 0, vec![range(1, i64::MAX, 1, 0)]);
+    assert_eq!(keys(&c, "X a b"), Ok(vec![1, 2]));
 }
