@@ -1,0 +1,316 @@
+//! The options as given: every flag with its environment variable (also
+//! the TOML file's keys), all optional so that sources can be merged.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Deserialize;
+
+use super::{LogFormat, ModeArg, TrackingArg, WriteMode, YesNo};
+
+/// Every option, as given (all optional so that sources can be merged).
+#[derive(Debug, Default, Parser, Deserialize)]
+#[command(
+    name = "sidecache",
+    version,
+    about = "A Redis-protocol caching sidecar proxy for Redis, Redis Cluster and ElastiCache."
+)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// TOML file with any of these options (keys as the long flag names, `-` as `_`).
+    #[arg(long, env = "SIDECACHE_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// TCP address to listen on [default: 127.0.0.1:6380].
+    #[arg(long, env = "SIDECACHE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Also listen on this Unix socket path (a stale socket file is replaced).
+    #[arg(long, env = "SIDECACHE_UNIX_SOCKET", value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+
+    /// Permission bits of the Unix socket, octal [default: 0660].
+    #[arg(long, env = "SIDECACHE_UNIX_SOCKET_MODE", value_name = "OCTAL")]
+    pub unix_socket_mode: Option<String>,
+
+    /// Upstream URL, `redis://[[user]:pass@]host[:port][/db]` or `rediss://…` for TLS;
+    /// repeat (or comma-separate in the env var) to give several cluster seeds.
+    #[arg(
+        long,
+        env = "SIDECACHE_UPSTREAM",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub upstream: Vec<String>,
+
+    /// Upstream mode: auto asks the server whether cluster mode is on [default: auto].
+    #[arg(long, env = "SIDECACHE_MODE", value_enum)]
+    pub mode: Option<ModeArg>,
+
+    /// Multiplexed upstream connections per node [default: 2].
+    #[arg(long, env = "SIDECACHE_POOL_SIZE", value_name = "N")]
+    pub pool_size: Option<usize>,
+
+    /// Largest bulk string a client may send; accepts kb/mb/gb [default: 512mb].
+    #[arg(long, env = "SIDECACHE_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
+    pub proto_max_bulk_len: Option<String>,
+
+    /// Largest number of arguments in one request [default: 4194304].
+    #[arg(long, env = "SIDECACHE_MAX_MULTIBULK_LEN", value_name = "N")]
+    pub max_multibulk_len: Option<u64>,
+
+    /// Largest incomplete request buffered for one client before it is
+    /// disconnected; accepts kb/mb/gb [default: 1gb].
+    #[arg(
+        long,
+        env = "SIDECACHE_CLIENT_QUERY_BUFFER_LIMIT",
+        value_name = "BYTES"
+    )]
+    pub client_query_buffer_limit: Option<String>,
+
+    /// Maximum simultaneous clients; more get `-ERR max number of clients reached` [default: 10000].
+    #[arg(long, env = "SIDECACHE_MAXCLIENTS", value_name = "N")]
+    pub maxclients: Option<usize>,
+
+    /// Password clients must send with AUTH (none by default, as Redis).
+    #[arg(
+        long,
+        env = "SIDECACHE_REQUIREPASS",
+        value_name = "PASS",
+        hide_env_values = true
+    )]
+    pub requirepass: Option<String>,
+
+    /// Seconds to finish in-flight work after SIGTERM/SIGINT [default: 30].
+    #[arg(long, env = "SIDECACHE_SHUTDOWN_TIMEOUT", value_name = "SECS")]
+    pub shutdown_timeout: Option<f64>,
+
+    /// Seconds allowed to connect (and authenticate) to an upstream node [default: 3].
+    #[arg(long, env = "SIDECACHE_CONNECT_TIMEOUT", value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+
+    /// Seconds a forwarded command may wait for its upstream reply before
+    /// the client gets `-ERR upstream … did not answer in time`; 0 waits forever [default: 10].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_TIMEOUT", value_name = "SECS")]
+    pub upstream_timeout: Option<f64>,
+
+    /// Most upstream connections held by single clients at once, over all
+    /// masters: a client holds one from WATCH to EXEC/DISCARD/UNWATCH, or
+    /// while a MULTI spans several of its requests [default: 64].
+    #[arg(long, env = "SIDECACHE_MAX_SESSION_CONNECTIONS", value_name = "N")]
+    pub max_session_connections: Option<usize>,
+
+    /// Output limit of a client class, as Redis's `client-output-buffer-limit`:
+    /// `pubsub HARD SOFT SECS` disconnects a subscriber or MONITOR client
+    /// whose unsent output passes HARD, or SOFT for SECS seconds (0 turns
+    /// a limit off) [default: pubsub 32mb 8mb 60].
+    #[arg(
+        long,
+        env = "SIDECACHE_CLIENT_OUTPUT_BUFFER_LIMIT",
+        value_name = "CLASS HARD SOFT SECS",
+        value_delimiter = ','
+    )]
+    pub client_output_buffer_limit: Vec<String>,
+
+    /// Close a client idle for this many seconds, as Redis's `timeout`
+    /// (never one blocked in a command, subscribed, or in MONITOR); 0 never [default: 0].
+    #[arg(long, env = "SIDECACHE_TIMEOUT", value_name = "SECS")]
+    pub timeout: Option<u64>,
+
+    /// TCP keepalive of client and upstream sockets: probes after this many
+    /// idle seconds, as Redis's `tcp-keepalive`; 0 off [default: 300].
+    #[arg(long, env = "SIDECACHE_TCP_KEEPALIVE", value_name = "SECS")]
+    pub tcp_keepalive: Option<u64>,
+
+    /// Refuse to start listening on a non-loopback address without
+    /// --requirepass, as Redis's protected mode [default: yes].
+    #[arg(long, env = "SIDECACHE_PROTECTED_MODE", value_enum)]
+    pub protected_mode: Option<YesNo>,
+
+    /// Seconds between cluster slot-map refreshes (also refreshed on MOVED) [default: 30].
+    #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
+    pub refresh_interval: Option<f64>,
+
+    /// PEM file of extra CA certificates to trust for rediss:// upstreams.
+    #[arg(long, env = "SIDECACHE_TLS_CA_FILE", value_name = "PEM")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// Log filter (tracing syntax, e.g. `info` or `sidecache=debug`) [default: info].
+    #[arg(long, env = "SIDECACHE_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Log line format: text or json [default: text].
+    #[arg(long, env = "SIDECACHE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+
+    /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9121].
+    #[arg(long, env = "SIDECACHE_METRICS_LISTEN", value_name = "ADDR|off")]
+    pub metrics_listen: Option<String>,
+
+    /// Worker threads of the runtime [default: the CPUs available less one
+    /// (left to the application beside it), at least 1].
+    #[arg(long, env = "SIDECACHE_THREADS", value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Seconds to keep retrying an unreachable upstream at start (with
+    /// /readyz answering 503) before giving up; 0 fails at once [default: 0].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_WAIT", value_name = "SECS")]
+    pub upstream_wait: Option<f64>,
+
+    /// L1 capacity in bytes (keys + values + overhead); 0 turns the L1 off; accepts kb/mb/gb [default: 256mb].
+    #[arg(long, env = "SIDECACHE_L1_MAX_BYTES", value_name = "BYTES")]
+    pub l1_max_bytes: Option<String>,
+
+    /// Values larger than this are never cached; accepts kb/mb/gb [default: 1mb].
+    #[arg(long, env = "SIDECACHE_L1_MAX_VALUE_BYTES", value_name = "BYTES")]
+    pub l1_max_value_bytes: Option<String>,
+
+    /// Longest life of an L1 entry in seconds, whatever the upstream TTL [default: 60].
+    #[arg(long, env = "SIDECACHE_L1_TTL_CAP", value_name = "SECS")]
+    pub l1_ttl_cap: Option<f64>,
+
+    /// Also cache nil replies, for this many seconds [default: off].
+    #[arg(long, env = "SIDECACHE_L1_CACHE_NIL", value_name = "SECS")]
+    pub l1_cache_nil: Option<f64>,
+
+    /// Cache only keys with this prefix (repeatable; default: all keys).
+    #[arg(
+        long,
+        env = "SIDECACHE_L1_INCLUDE_PREFIX",
+        value_name = "PREFIX",
+        value_delimiter = ','
+    )]
+    pub l1_include_prefix: Vec<String>,
+
+    /// write-behind acknowledges plain SET/SETEX/PSETEX/MSET from memory and
+    /// flushes them in batches; write-through waits for upstream [default: write-behind].
+    #[arg(long, env = "SIDECACHE_WRITE_MODE", value_enum)]
+    pub write_mode: Option<WriteMode>,
+
+    /// Most writes in one upstream pipeline [default: 200].
+    #[arg(long, env = "SIDECACHE_WRITE_BATCH", value_name = "N")]
+    pub write_batch: Option<usize>,
+
+    /// Batches sent upstream before the first one's answers are in, per
+    /// queue, when a whole batch more is waiting (sustained write load);
+    /// 1 sends one at a time [default: 1].
+    #[arg(long, env = "SIDECACHE_WRITE_PIPELINE", value_name = "N")]
+    pub write_pipeline: Option<usize>,
+
+    /// Longest a queued write waits for its batch to fill, seconds; 0 sends
+    /// as soon as the previous batch is acknowledged [default: 0].
+    #[arg(long, env = "SIDECACHE_WRITE_FLUSH_INTERVAL", value_name = "SECS")]
+    pub write_flush_interval: Option<f64>,
+
+    /// Most writes queued and not yet flushed; more wait [default: 100000].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_MAX", value_name = "N")]
+    pub write_queue_max: Option<usize>,
+
+    /// Most bytes of writes queued and not yet flushed (their commands plus
+    /// 64 bytes each); more wait [default: 64mb].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_MAX_BYTES", value_name = "BYTES")]
+    pub write_queue_max_bytes: Option<String>,
+
+    /// Seconds a write waits for queue space before `-ERR` [default: 5].
+    #[arg(long, env = "SIDECACHE_WRITE_QUEUE_TIMEOUT", value_name = "SECS")]
+    pub write_queue_timeout: Option<f64>,
+
+    /// Follow other clients' writes with Redis client tracking
+    /// (invalidation channel per master): optin (alias on) tracks only the
+    /// keys cached here, bcast hears of every write, off leaves only the
+    /// TTL cap [default: optin].
+    #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
+    pub tracking: Option<TrackingArg>,
+
+    /// When the upstream refuses CLIENT TRACKING, sidecache instances
+    /// publish the keys they write on this pub/sub channel and drop the
+    /// keys others publish; `off`: the TTL cap alone [default: __sidecache__:invalidate].
+    #[arg(
+        long,
+        env = "SIDECACHE_PEER_INVALIDATION_CHANNEL",
+        value_name = "CHANNEL|off"
+    )]
+    pub peer_invalidation_channel: Option<String>,
+
+    /// Never cache keys with this prefix (repeatable).
+    #[arg(
+        long,
+        env = "SIDECACHE_L1_EXCLUDE_PREFIX",
+        value_name = "PREFIX",
+        value_delimiter = ','
+    )]
+    pub l1_exclude_prefix: Vec<String>,
+}
+
+impl Options {
+    /// Fills unset options from `file`.
+    pub(super) fn or(self, file: Options) -> Options {
+        Options {
+            config: self.config,
+            listen: self.listen.or(file.listen),
+            unix_socket: self.unix_socket.or(file.unix_socket),
+            unix_socket_mode: self.unix_socket_mode.or(file.unix_socket_mode),
+            upstream: if self.upstream.is_empty() {
+                file.upstream
+            } else {
+                self.upstream
+            },
+            mode: self.mode.or(file.mode),
+            pool_size: self.pool_size.or(file.pool_size),
+            proto_max_bulk_len: self.proto_max_bulk_len.or(file.proto_max_bulk_len),
+            max_multibulk_len: self.max_multibulk_len.or(file.max_multibulk_len),
+            client_query_buffer_limit: self
+                .client_query_buffer_limit
+                .or(file.client_query_buffer_limit),
+            maxclients: self.maxclients.or(file.maxclients),
+            requirepass: self.requirepass.or(file.requirepass),
+            shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            upstream_timeout: self.upstream_timeout.or(file.upstream_timeout),
+            max_session_connections: self
+                .max_session_connections
+                .or(file.max_session_connections),
+            timeout: self.timeout.or(file.timeout),
+            tcp_keepalive: self.tcp_keepalive.or(file.tcp_keepalive),
+            protected_mode: self.protected_mode.or(file.protected_mode),
+            client_output_buffer_limit: if self.client_output_buffer_limit.is_empty() {
+                file.client_output_buffer_limit
+            } else {
+                self.client_output_buffer_limit
+            },
+            refresh_interval: self.refresh_interval.or(file.refresh_interval),
+            tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
+            log_level: self.log_level.or(file.log_level),
+            log_format: self.log_format.or(file.log_format),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            upstream_wait: self.upstream_wait.or(file.upstream_wait),
+            threads: self.threads.or(file.threads),
+            write_mode: self.write_mode.or(file.write_mode),
+            write_batch: self.write_batch.or(file.write_batch),
+            write_pipeline: self.write_pipeline.or(file.write_pipeline),
+            write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
+            write_queue_max: self.write_queue_max.or(file.write_queue_max),
+            write_queue_timeout: self.write_queue_timeout.or(file.write_queue_timeout),
+            write_queue_max_bytes: self.write_queue_max_bytes.or(file.write_queue_max_bytes),
+            l1_max_bytes: self.l1_max_bytes.or(file.l1_max_bytes),
+            l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
+            l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
+            l1_cache_nil: self.l1_cache_nil.or(file.l1_cache_nil),
+            tracking: self.tracking.or(file.tracking),
+            peer_invalidation_channel: self
+                .peer_invalidation_channel
+                .or(file.peer_invalidation_channel),
+            l1_include_prefix: if self.l1_include_prefix.is_empty() {
+                file.l1_include_prefix
+            } else {
+                self.l1_include_prefix
+            },
+            l1_exclude_prefix: if self.l1_exclude_prefix.is_empty() {
+                file.l1_exclude_prefix
+            } else {
+                self.l1_exclude_prefix
+            },
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Configuration parsing tests.
+use super::*;
+use clap::Parser;
+
+fn opts(args: &[&str]) -> Options {
+    Options::try_parse_from(std::iter::once("sidecache").chain(args.iter().copied()))
+        .expect("valid flags")
+}
+
+#[test]
+fn defaults() {
+    let c = Config::from_options(opts(&["--upstream", "redis://127.0.0.1:6379"])).expect("valid");
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
+    assert_eq!(c.upstream.pool_size, DEFAULT_POOL_SIZE);
+    assert_eq!(c.upstream.write.pipeline, 1);
+    assert!(c.unix_socket.is_none());
+}
+
+#[test]
+fn errors_name_the_option() {
+    let e = Config::from_options(opts(&[])).expect_err("upstream required");
+    assert_eq!(e.key, "--upstream");
+    let e = Config::from_options(opts(&["--upstream", "redis://h", "--listen", "nope"]))
+        .expect_err("bad");
+    assert_eq!(e.key, "--listen");
+    let e = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--unix-socket-mode",
+        "999",
+    ]))
+    .expect_err("bad");
+    assert_eq!(e.key, "--unix-socket-mode");
+    let e = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--proto-max-bulk-len",
+        "12parsecs",
+    ]))
+    .expect_err("bad");
+    assert_eq!(e.key, "--proto-max-bulk-len");
+    for bad in ["0", "1025"] {
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--threads", bad]))
+            .expect_err("out of range");
+        assert_eq!(e.key, "--threads");
+    }
+    for bad in ["0", "65"] {
+        let e = Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", bad]))
+            .expect_err("out of range");
+        assert_eq!(e.key, "--write-pipeline");
+    }
+    let c = Config::from_options(opts(&["--upstream", "redis://h", "--write-pipeline", "4"]))
+        .expect("valid");
+    assert_eq!(c.upstream.write.pipeline, 4);
+}
+
+#[test]
+fn tracking_modes() {
+    use sidecache_pool::tracking::{Coherence, TrackingMode};
+    let mode = |args: &[&str]| {
+        let mut all = vec!["--upstream", "redis://h"];
+        all.extend_from_slice(args);
+        match Config::from_options(opts(&all))
+            .expect("valid")
+            .upstream
+            .coherence
+        {
+            Coherence::Tracking { mode, .. } => Some(mode),
+            Coherence::Off => None,
+        }
+    };
+    assert_eq!(mode(&[]), Some(TrackingMode::Optin));
+    assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Optin));
+    assert_eq!(mode(&["--tracking", "optin"]), Some(TrackingMode::Optin));
+    assert_eq!(mode(&["--tracking", "bcast"]), Some(TrackingMode::Bcast));
+    assert_eq!(mode(&["--tracking", "off"]), None);
+    let o: Options = toml::from_str("tracking = \"on\"").expect("on in a file");
+    assert_eq!(o.tracking, Some(TrackingArg::Optin));
+}
+
+#[test]
+fn threads_default_to_the_cpus_less_one() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
+    assert_eq!(c.threads, cpus.saturating_sub(1).max(1));
+    let c =
+        Config::from_options(opts(&["--upstream", "redis://h", "--threads", "3"])).expect("valid");
+    assert_eq!(c.threads, 3);
+}
+
+#[test]
+fn example_file_is_valid() {
+    let text = include_str!("../../../deploy/sidecache.toml.example");
+    let o: Options = toml::from_str(text).expect("example parses with every key known");
+    let c = Config::from_options(o).expect("example validates");
+    assert_eq!(c.l1.max_bytes, 256 * 1024 * 1024);
+}
+
+#[test]
+fn l1_options() {
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--l1-max-bytes",
+        "0",
+        "--l1-ttl-cap",
+        "5",
+        "--l1-include-prefix",
+        "a:",
+        "--l1-include-prefix",
+        "b:",
+        "--l1-cache-nil",
+        "1",
+    ]))
+    .expect("valid");
+    assert_eq!(c.l1.max_bytes, 0);
+    assert_eq!(c.l1.ttl_cap, Duration::from_secs(5));
+    assert_eq!(c.l1.include_prefixes, vec![b"a:".to_vec(), b"b:".to_vec()]);
+    assert_eq!(c.l1.cache_nil, Some(Duration::from_secs(1)));
+    let e = Config::from_options(opts(&["--upstream", "redis://h", "--l1-ttl-cap", "0"]))
+        .expect_err("bad");
+    assert_eq!(e.key, "--l1-ttl-cap");
+}
+
+#[test]
+fn file_fills_gaps_flags_win() {
+    let file: Options = toml::from_str(
+        "listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n",
+    )
+    .expect("toml");
+    let merged = opts(&["--pool-size", "5"]).or(file);
+    let c = Config::from_options(merged).expect("valid");
+    assert_eq!(c.listen.port(), 7777);
+    assert_eq!(c.upstream.pool_size, 5);
+    assert_eq!(c.upstream.seeds[0].addr.port, 1);
+    assert!(toml::from_str::<Options>("bogus = 1").is_err());
+}
+
+#[test]
+fn observability_options() {
+    let c = Config::from_options(opts(&["--upstream", "redis://:s3cret@h"])).expect("valid");
+    assert_eq!(
+        c.metrics_listen.map(|a| a.to_string()).as_deref(),
+        Some(DEFAULT_METRICS_LISTEN)
+    );
+    assert_eq!(c.log_format, LogFormat::Text);
+    assert_eq!(c.upstream_wait, Duration::ZERO);
+    let line = c.redacted();
+    assert!(!line.contains("s3cret"), "{line}");
+    assert!(line.contains("<auth>@"), "{line}");
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--metrics-listen",
+        "off",
+        "--log-format",
+        "json",
+        "--upstream-wait",
+        "2.5",
+    ]))
+    .expect("valid");
+    assert!(c.metrics_listen.is_none());
+    assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(c.upstream_wait, Duration::from_millis(2500));
+    let e = Config::from_options(opts(&["--upstream", "redis://h", "--metrics-listen", "x"]))
+        .expect_err("bad");
+    assert_eq!(e.key, "--metrics-listen");
+    let e = Config::from_options(opts(&["--upstream", "redis://h", "--upstream-wait=-1"]))
+        .expect_err("bad");
+    assert_eq!(e.key, "--upstream-wait");
+}
+
+#[test]
+fn output_limits_as_redis_writes_them() {
+    let (l, normal) = output_limits(&["pubsub 1mb 256kb 5".into()]).unwrap();
+    assert_eq!(normal, DEFAULT_NORMAL_OUTPUT_LIMIT);
+    assert_eq!(l.hard, 1 << 20);
+    assert_eq!(l.soft, 256 << 10);
+    assert_eq!(l.soft_time, Duration::from_secs(5));
+    assert_eq!(
+        output_limits(&[]).unwrap().0,
+        crate::pubsub::OutputLimit::PUBSUB_DEFAULT
+    );
+    assert_eq!(output_limits(&["pubsub 0 0 0".into()]).unwrap().0.hard, 0);
+    let both = output_limits(&["normal 4mb 0 0 pubsub 1mb 0 0".into()]).unwrap();
+    assert_eq!((both.0.hard, both.1), (1 << 20, 4 << 20));
+    for bad in [
+        "pubsub 1mb",
+        "normal 1mb 1mb 60",
+        "replica 0 0 0",
+        "pubsub 1mb 1mb x",
+        "pubsub 1zb 0 0",
+    ] {
+        let e = output_limits(&[bad.into()]).unwrap_err();
+        assert_eq!(e.key, "--client-output-buffer-limit", "{bad}");
+    }
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(
+        size("k", Some("512mb"), 0).expect("valid"),
+        512 * 1024 * 1024
+    );
+    assert_eq!(size("k", Some("1000"), 0).expect("valid"), 1000);
+    assert_eq!(size("k", Some("2k"), 0).expect("valid"), 2000);
+    assert!(size("k", Some("x"), 0).is_err());
+}
