@@ -57,12 +57,12 @@ pub enum WriteMode {
 #[serde(rename_all = "kebab-case")]
 pub enum TrackingArg {
     /// Default-mode tracking with `OPTIN`: Redis tracks only the keys this
-    /// sidecache cached and tells only it about them (`on` is an alias).
-    #[value(alias = "on")]
-    #[serde(alias = "on")]
+    /// sidecache cached and tells only it about them.
     Optin,
     /// `CLIENT TRACKING ON BCAST NOLOOP` on every master: every written key
-    /// is sent to every sidecache.
+    /// is sent to every sidecache (the default; `on` is an alias).
+    #[value(alias = "on")]
+    #[serde(alias = "on")]
     Bcast,
     /// No invalidation channel: the L1 TTL cap alone bounds staleness.
     Off,
@@ -279,7 +279,7 @@ impl Config {
             },
             refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
             tls_ca_file: o.tls_ca_file,
-            coherence: match o.tracking.unwrap_or(TrackingArg::Optin) {
+            coherence: match o.tracking.unwrap_or(TrackingArg::Bcast) {
                 mode @ (TrackingArg::Optin | TrackingArg::Bcast) => {
                     sidecache_pool::tracking::Coherence::Tracking {
                         mode: if mode == TrackingArg::Bcast {

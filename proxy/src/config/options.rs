@@ -217,9 +217,9 @@ pub struct Options {
     pub write_queue_timeout: Option<f64>,
 
     /// Follow other clients' writes with Redis client tracking
-    /// (invalidation channel per master): optin (alias on) tracks only the
-    /// keys cached here, bcast hears of every write, off leaves only the
-    /// TTL cap [default: optin].
+    /// (invalidation channel per master): optin tracks only the keys cached
+    /// here, bcast (alias on) hears of every write, off leaves only the
+    /// TTL cap [default: bcast].
     #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
     pub tracking: Option<TrackingArg>,
 

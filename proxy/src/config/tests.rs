@@ -70,13 +70,13 @@ fn tracking_modes() {
             Coherence::Off => None,
         }
     };
-    assert_eq!(mode(&[]), Some(TrackingMode::Optin));
-    assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Optin));
+    assert_eq!(mode(&[]), Some(TrackingMode::Bcast));
+    assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Bcast));
     assert_eq!(mode(&["--tracking", "optin"]), Some(TrackingMode::Optin));
     assert_eq!(mode(&["--tracking", "bcast"]), Some(TrackingMode::Bcast));
     assert_eq!(mode(&["--tracking", "off"]), None);
     let o: Options = toml::from_str("tracking = \"on\"").expect("on in a file");
-    assert_eq!(o.tracking, Some(TrackingArg::Optin));
+    assert_eq!(o.tracking, Some(TrackingArg::Bcast));
 }
 
 #[test]
