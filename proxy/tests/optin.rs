@@ -1,4 +1,4 @@
-//! Optin tracking's own races (`--tracking optin`, the default): the fills
+//! Optin tracking's own races (`--tracking optin`): the fills
 //! are read on the invalidation channel's own connection (one per master),
 //! the proxy's own write-behind batches travel on it too and register what
 //! they wrote in the same transaction, and the invalidations of those own
@@ -20,13 +20,16 @@ use redis::AsyncCommands;
 use support::coherence::{cache, info, time_until, wait_field, Direct, BOUND};
 use support::{info_field, upstream_calls, Cluster, Proxy, RedisServer};
 
+/// Every proxy here runs optin (the default is bcast).
+const OPTIN: &[&str] = &["--tracking", "optin"];
+
 /// Writes through the proxy, waits for the flush, and checks that the
 /// value is served from the L1 (no GET upstream) and that a direct write
 /// afterwards still reaches the L1: the flush kept the key tracked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_writes_stay_cached_and_tracked() {
     let redis = RedisServer::start(&[]);
-    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
     let mut d = redis.conn().await;
     assert!(info(&mut c).await.contains("tracking_mode:optin\r\n"));
@@ -68,8 +71,8 @@ async fn own_writes_stay_cached_and_tracked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_on_other_connections_invalidate() {
     let redis = RedisServer::start(&[]);
-    let a = Proxy::start(&redis.url(), &[]).await;
-    let b = Proxy::start(&redis.url(), &[]).await;
+    let a = Proxy::start(&redis.url(), OPTIN).await;
+    let b = Proxy::start(&redis.url(), OPTIN).await;
     let mut ca = a.conn().await;
     let mut cb = b.conn().await;
     let mut d = redis.conn().await;
@@ -108,7 +111,7 @@ async fn writes_on_other_connections_invalidate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipelines_fill_never_reads_a_later_write() {
     let redis = RedisServer::start(&[]);
-    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
     let mut d = redis.conn().await;
     for i in 0..200 {
@@ -145,7 +148,7 @@ async fn a_pipelines_fill_never_reads_a_later_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_and_foreign_writes_to_the_same_keys() {
     let redis = RedisServer::start(&[]);
-    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
     const KEYS: usize = 2_000;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -225,7 +228,7 @@ async fn own_and_foreign_writes_to_the_same_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_databases_are_not_cached() {
     let redis = RedisServer::start(&[]);
-    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
     let _: () = redis::cmd("SELECT")
         .arg(2)
@@ -254,7 +257,7 @@ async fn other_databases_are_not_cached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tracking_table_evictions_are_invalidations() {
     let redis = RedisServer::start(&["--tracking-table-max-keys", "100"]);
-    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
     let mut d = redis.conn().await;
     const N: usize = 500;
@@ -288,7 +291,7 @@ async fn tracking_table_evictions_are_invalidations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_own_writes_and_foreign_writes() {
     let cluster = Cluster::start();
-    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let proxy = Proxy::start(&cluster.seed_url(), OPTIN).await;
     let mut c = proxy.conn().await;
     let mut d = Direct::cluster(&cluster).await;
     wait_field(&mut c, "tracking_channels_up", 3, Duration::from_secs(5)).await;
