@@ -1,0 +1,204 @@
+//! The connection loop: read, parse and dispatch a batch, resolve it,
+//! write its replies; between batches, deliveries to a subscriber, the
+//! idle timeout and shutdown.
+
+use super::*;
+
+/// A client stream: TCP or Unix.
+///
+/// (An attempt to skip the `EAGAIN` read after a short read by clearing
+/// tokio's readiness with `try_io` lost wake-ups: `try_io` clears the
+/// readiness it observes *now*, which can include an edge for data that
+/// arrived after the read — the connection then hung until the client
+/// sent more. The differential test caught it; do not reintroduce it
+/// without a tick-exact readiness guard.)
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {}
+
+impl ClientStream for tokio::net::TcpStream {}
+
+impl ClientStream for tokio::net::UnixStream {}
+
+/// Serves one client until it quits, errs, or shutdown is requested.
+pub async fn serve<S>(
+    mut stream: S,
+    shared: Arc<Shared>,
+    addr: String,
+    laddr: String,
+    shutdown: CancellationToken,
+) where
+    S: ClientStream,
+{
+    let limits = Limits {
+        max_bulk: shared.config.proto_max_bulk_len,
+        max_multibulk: shared.config.max_multibulk_len,
+    };
+    let query_limit = shared.config.client_query_buffer_limit as usize;
+    let mut client = Client::new(Arc::clone(&shared), addr, laddr);
+    let mut parser = Parser::new(limits);
+    parser.unauthenticated = !client.st.authenticated;
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let mut req = Request::default();
+    client.metrics.read();
+    'conn: loop {
+        let mut close = false;
+        loop {
+            parser.unauthenticated = !client.st.authenticated;
+            match parser.parse(&mut rbuf, &mut req) {
+                Ok(Some(())) => {
+                    let first = client.pending.len();
+                    if shared.pubsub.monitoring() {
+                        client.monitor_feed(&req);
+                    }
+                    let flow = if client.session_active() {
+                        client.dispatch_in_session(&req).await
+                    } else if client.subs.is_some() {
+                        client.dispatch_subscribed(&req).await
+                    } else {
+                        client.dispatch(&req).await
+                    };
+                    if client.st.reply != local::ReplyMode::On {
+                        client.silence_from(first);
+                    }
+                    match flow {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            close = true;
+                            break;
+                        }
+                        Flow::Block => {
+                            // What came before it is answered first; then
+                            // it blocks, later requests waiting in `rbuf`.
+                            client.flush().await;
+                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                                break 'conn;
+                            }
+                            if let Flow::Close = client
+                                .run_blocking(&mut stream, &mut rbuf, query_limit)
+                                .await
+                            {
+                                break 'conn;
+                            }
+                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                                break 'conn;
+                            }
+                            client.metrics.written(&shared.metrics);
+                        }
+                    }
+                    if client.pending.len() >= MAX_BATCH
+                        || client.batch_bytes >= MAX_BATCH_BYTES
+                        || client.output_due()
+                    {
+                        client.flush().await;
+                        if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                            break 'conn;
+                        }
+                        client.metrics.written(&shared.metrics);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    shared
+                        .stats
+                        .protocol_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    client.metrics.uncounted();
+                    let msg = format!("ERR {e}");
+                    client.local_reply(|r| r.error(&msg));
+                    close = true;
+                    break;
+                }
+            }
+        }
+        client.flush().await;
+        let failed = client.write_watched(&mut stream).await.is_err();
+        if !failed {
+            client.metrics.written(&shared.metrics);
+        }
+        if failed || close {
+            break;
+        }
+        if rbuf.len() > query_limit {
+            debug!(
+                id = client.st.id,
+                "closing client that reached max query buffer length"
+            );
+            break;
+        }
+        let want = parser.wanted().map_or(0, |w| w.saturating_sub(rbuf.len()));
+        // A subscriber mostly waits: it keeps small buffers.
+        let least = if client.subs.is_some() {
+            if rbuf.is_empty() && rbuf.capacity() > 4 * 1024 {
+                // The last request's arguments share the read buffer's
+                // allocation: both go.
+                req.raw = Bytes::new();
+                req.args.clear();
+                rbuf = BytesMut::new();
+            }
+            if client.scratch.capacity() > 256 && client.scratch.is_empty() {
+                client.scratch = BytesMut::new();
+            }
+            512
+        } else {
+            16 * 1024
+        };
+        rbuf.reserve(want.clamp(least, 1024 * 1024));
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            r = stream.read_buf(&mut rbuf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(_) => client.metrics.read(),
+            },
+            () = idle(shared.config.timeout, client.timeout_exempt()), if shared.config.timeout.is_some() => {
+                debug!(id = client.st.id, "closing idle client (--timeout)");
+                break;
+            }
+            next = subscribed::next(&mut client.subs), if client.subs.is_some() => {
+                let subscribed::Next::Delivery(d) = next else {
+                    break;
+                };
+                let Some(weight) = client.take_deliveries(d) else {
+                    break;
+                };
+                if client.write_watched(&mut stream).await.is_err() {
+                    break;
+                }
+                client.delivered(weight);
+            }
+        }
+    }
+    let _ = stream.shutdown().await;
+}
+
+impl Drop for Client {
+    /// Also on a panic in the client's task: its subscriptions end and it
+    /// leaves CLIENT LIST.
+    fn drop(&mut self) {
+        self.leave_pubsub();
+        let id = self.st.id;
+        self.shared.with_clients(|c| c.remove(&id));
+    }
+}
+
+/// Ready after `timeout` (`--timeout`), unless there is none or the client
+/// is exempt (subscribed or in MONITOR; a blocked client never gets here).
+async fn idle(timeout: Option<std::time::Duration>, exempt: bool) {
+    match timeout {
+        Some(t) if !exempt => tokio::time::sleep(t).await,
+        _ => std::future::pending().await,
+    }
+}
+
+pub(super) async fn write_out<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    wbuf: &mut BytesMut,
+) -> std::io::Result<()> {
+    if !wbuf.is_empty() {
+        stream.write_all(wbuf).await?;
+        wbuf.clear();
+        if wbuf.capacity() > 4 * 1024 * 1024 {
+            *wbuf = BytesMut::with_capacity(16 * 1024);
+        }
+    }
+    Ok(())
+}
