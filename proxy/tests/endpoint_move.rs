@@ -102,6 +102,27 @@ async fn acknowledged_writes_follow_the_endpoint_with_pipelined_batches() {
     endpoint_moves_under_writes(20, Duration::ZERO, &args).await;
 }
 
+/// The same under `--tracking optin`, where write-behind batches travel
+/// on the tracking connection (one per master) as per-slot MULTI blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_follow_the_endpoint_under_optin() {
+    let args = ["--tracking", "optin"];
+    endpoint_moves_under_writes(500, Duration::from_millis(1500), &args).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_follow_the_endpoint_under_optin_with_pipelined_batches() {
+    let args = [
+        "--tracking",
+        "optin",
+        "--write-pipeline",
+        "4",
+        "--write-batch",
+        "20",
+    ];
+    endpoint_moves_under_writes(20, Duration::ZERO, &args).await;
+}
+
 /// Four writers over `keys` keys each while the endpoint moves, and for
 /// `after` once it moved.
 async fn endpoint_moves_under_writes(keys: u64, after: Duration, extra: &[&str]) {
