@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use sidecache::cmd::table::{CommandInfo, CommandTable};
-use sidecache::resp::request::{Limits, Parser, Request};
-use sidecache_pool::resp::Value;
+use sidecache_resp::request::{Limits, Parser, Request};
+use sidecache_resp::frame::Value;
 
 static COMMAND_REPLY: &[u8] = include_bytes!("../fixtures/command-redis-7.0.15.resp");
 

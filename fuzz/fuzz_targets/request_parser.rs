@@ -13,7 +13,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use sidecache::resp::request::{split_args, Limits, Parser, ProtocolError, Request, INLINE_MAX};
+use sidecache_resp::request::{split_args, Limits, Parser, ProtocolError, Request, INLINE_MAX};
 use sidecache_fuzz::{chunks, same_modulo_terminators};
 
 #[derive(Debug, PartialEq)]
@@ -71,7 +71,7 @@ fn check(input: &[u8], limits: Limits, unauth: bool, req: &Request, before: usiz
         );
         let want = got;
         let mut enc = BytesMut::new();
-        sidecache_pool::resp::encode_command(&mut enc, &want);
+        sidecache_resp::encode::encode_command(&mut enc, &want);
         assert_eq!(&enc[..], &req.raw[..]);
     }
 }

@@ -2,7 +2,8 @@
 //! decoded replies, and the wire layout of an encoded request.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::resp::{put_bulk, put_header, Value};
+use sidecache_resp::encode::{put_bulk, put_header};
+use sidecache_resp::frame::Value;
 
 /// Chunk lengths (each ≥ 1) covering `len` bytes, derived from `seed`
 /// (a splitmix64 stream), so a crash replays from the input alone.
@@ -88,7 +89,7 @@ pub fn encode_value(out: &mut BytesMut, v: &Value) {
 /// looking at them.
 pub fn same_modulo_terminators(raw: &[u8], args: &[Bytes]) -> bool {
     let mut enc = BytesMut::new();
-    sidecache_pool::resp::encode_command(&mut enc, args);
+    sidecache_resp::encode::encode_command(&mut enc, args);
     if enc.len() != raw.len() {
         return false;
     }

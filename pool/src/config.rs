@@ -18,14 +18,7 @@ pub enum Mode {
     Cluster,
 }
 
-/// The RESP version spoken on an upstream connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Proto {
-    /// RESP2 (the default of every Redis connection).
-    Resp2,
-    /// RESP3 (after `HELLO 3`).
-    Resp3,
-}
+pub use sidecache_resp::Proto;
 
 /// Per-connection state that must travel with a client's commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,9 +8,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Scanner, Value};
+
 use crate::config::{Credentials, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 use crate::error::{Error, Result};
-use crate::resp::{self, Scanner, Value};
 
 /// Read half of an upstream connection.
 pub type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
@@ -144,20 +146,21 @@ impl Connector {
                 args.push(c.username.as_deref().unwrap_or("default").as_bytes());
                 args.push(c.password.as_bytes());
             }
-            resp::encode_command(&mut out, &args);
+            encode::encode_command(&mut out, &args);
             n += 1;
         } else if let Some(c) = creds {
             match &c.username {
-                Some(u) => {
-                    resp::encode_command(&mut out, &[b"AUTH", u.as_bytes(), c.password.as_bytes()])
-                }
-                None => resp::encode_command(&mut out, &[b"AUTH", c.password.as_bytes()]),
+                Some(u) => encode::encode_command(
+                    &mut out,
+                    &[b"AUTH", u.as_bytes(), c.password.as_bytes()],
+                ),
+                None => encode::encode_command(&mut out, &[b"AUTH", c.password.as_bytes()]),
             }
             n += 1;
         }
         if session.db != 0 {
             let mut b = itoa::Buffer::new();
-            resp::encode_command(
+            encode::encode_command(
                 &mut out,
                 &[b"SELECT".as_slice(), b.format(session.db).as_bytes()],
             );
@@ -172,7 +175,7 @@ impl Connector {
                         reason: e.to_string(),
                     })?;
             for r in replies {
-                if let Some(text) = resp::error_text(&r) {
+                if let Some(text) = frame::error_text(&r) {
                     return Err(Error::Handshake {
                         addr: addr.to_string(),
                         reply: String::from_utf8_lossy(text).into_owned(),
@@ -197,7 +200,7 @@ impl Connector {
         let (mut rd, mut wr) = self.connect(addr, session).await?;
         let mut out = BytesMut::new();
         for c in cmds {
-            resp::encode_command(&mut out, c);
+            encode::encode_command(&mut out, c);
         }
         let fut = roundtrip(&mut rd, &mut wr, &out, cmds.len());
         tokio::time::timeout(self.connect_timeout * 4, fut)
@@ -277,7 +280,7 @@ fn tls_connector(cfg: &UpstreamConfig) -> Result<tokio_rustls::TlsConnector> {
 /// # Errors
 /// [`Error::Topology`] with the server's error text.
 pub fn expect_ok(frame: &Bytes) -> Result<Value> {
-    if let Some(t) = resp::error_text(frame) {
+    if let Some(t) = frame::error_text(frame) {
         return Err(Error::Topology(String::from_utf8_lossy(t).into_owned()));
     }
     Ok(Value::decode(frame)?)

@@ -57,7 +57,7 @@ pub enum Error {
     },
     /// The upstream sent bytes that are not RESP.
     #[error("upstream protocol error: {0}")]
-    Protocol(#[from] crate::resp::ProtocolError),
+    Protocol(#[from] sidecache_resp::frame::ProtocolError),
     /// A command did not complete within the configured timeout.
     #[error("upstream {addr} did not answer in time")]
     Timeout {

@@ -52,11 +52,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{info, warn};
 
+use sidecache_resp::frame;
+
 use crate::config::{NodeAddr, Session};
 use crate::conn::Connector;
 use crate::error::{Error, Result};
 use crate::mux::MuxConn;
-use crate::resp;
 use crate::upstream::Upstream;
 
 /// A request unanswered this long makes its node suspect.
@@ -178,7 +179,7 @@ impl Health {
     /// relaxed load for a normal reply from a healthy node.
     pub(crate) fn observe(self: &Arc<Self>, frame: &[u8]) {
         if let Some(kind) = trouble_of(frame) {
-            let text = resp::error_text(frame).unwrap_or_default();
+            let text = frame::error_text(frame).unwrap_or_default();
             *self.reason.lock().unwrap_or_else(|p| p.into_inner()) =
                 String::from_utf8_lossy(text).into_owned();
             self.set(kind);

@@ -8,7 +8,6 @@
 //! # Layout
 //! - [`config`]: typed configuration (`UpstreamConfig`, seeds, sessions).
 //! - [`slot`]: CRC16 hash slots with `{hash tags}`.
-//! - [`resp`]: reply framing ([`resp::Scanner`]) and decoding ([`resp::Value`]).
 //! - [`conn`]: opening one connection (TCP/TLS, HELLO/AUTH/SELECT).
 //! - [`mux`]: a multiplexed, pipelined connection with a reconnecting supervisor.
 //! - [`health`]: a node's health as its replies show it (BUSY, LOADING,
@@ -38,7 +37,6 @@ pub mod mux;
 pub mod node;
 pub mod peer;
 pub mod redirect;
-pub mod resp;
 pub mod session;
 pub mod slot;
 pub mod topology;

@@ -50,11 +50,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use sidecache_resp::encode;
+use sidecache_resp::frame::Scanner;
+
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};
 use crate::error::{Error, Result};
 use crate::health::{Health, SUSPECT_AFTER};
-use crate::resp::{self, Scanner};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
 mod own;
@@ -460,7 +462,7 @@ async fn run_connected(
                     continue;
                 }
                 let mut p = BytesMut::with_capacity(16);
-                resp::encode_command(&mut p, &[b"PING"]);
+                encode::encode_command(&mut p, &[b"PING"]);
                 pings += 1;
                 sent += 1;
                 ping_sent = std::time::Instant::now();

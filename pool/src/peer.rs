@@ -26,8 +26,10 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::warn;
 
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Scanner, Value};
+
 use crate::config::{Proto, Session};
-use crate::resp::{self, Scanner, Value};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::upstream::Upstream;
 
@@ -82,7 +84,7 @@ impl Peer {
     pub fn publish_cmd(&self, msg: &Message) -> Bytes {
         let payload = encode(self.id, msg);
         let mut out = BytesMut::with_capacity(payload.len() + self.name.len() + 40);
-        resp::encode_command(&mut out, &[b"PUBLISH".as_slice(), &self.name, &payload]);
+        encode::encode_command(&mut out, &[b"PUBLISH".as_slice(), &self.name, &payload]);
         self.published.fetch_add(1, Ordering::Relaxed);
         out.freeze()
     }
@@ -188,7 +190,7 @@ async fn run(
     mut wr: crate::conn::WriteHalf,
 ) -> String {
     let mut out = BytesMut::new();
-    resp::encode_command(&mut out, &[b"SUBSCRIBE".as_slice(), &peer.name]);
+    encode::encode_command(&mut out, &[b"SUBSCRIBE".as_slice(), &peer.name]);
     if let Err(e) = wr.write_all(&out).await {
         return e.to_string();
     }
@@ -199,7 +201,7 @@ async fn run(
     let mut ping_sent: Option<Instant> = None;
     let ping = {
         let mut p = BytesMut::new();
-        resp::encode_command(&mut p, &[b"PING"]);
+        encode::encode_command(&mut p, &[b"PING"]);
         p.freeze()
     };
     loop {
@@ -208,7 +210,7 @@ async fn run(
                 Ok(Some(len)) => {
                     let frame = buf.split_to(len).freeze();
                     if frame.first() != Some(&b'>') {
-                        if resp::error_text(&frame).is_some() {
+                        if frame::error_text(&frame).is_some() {
                             return format!("refused: {}", String::from_utf8_lossy(&frame).trim());
                         }
                         ping_sent = None;

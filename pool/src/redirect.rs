@@ -1,8 +1,9 @@
 //! What to do with a reply that may be a cluster redirect: a pure function,
 //! tested without sockets.
 
+use sidecache_resp::frame;
+
 use crate::config::NodeAddr;
-use crate::resp;
 use crate::slot::Slot;
 
 /// Redirects followed for one command before giving up (as redis-rs and
@@ -35,7 +36,7 @@ pub enum Action {
 /// Decides what to do with `frame`, the reply to attempt number `attempt`
 /// (0-based) of a command.
 pub fn decide(frame: &[u8], attempt: u32) -> Action {
-    let Some(text) = resp::error_text(frame) else {
+    let Some(text) = frame::error_text(frame) else {
         return Action::Done;
     };
     let action = if let Some(rest) = text.strip_prefix(b"MOVED ") {

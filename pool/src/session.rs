@@ -25,11 +25,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use sidecache_resp::frame::Scanner;
+
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};
 use crate::error::{Error, Result};
 use crate::mux::Replies;
-use crate::resp::Scanner;
 
 /// Idle held connections kept per (node, session); more are closed.
 const IDLE_PER_KEY: usize = 8;

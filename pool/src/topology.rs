@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
+use sidecache_resp::frame::Value;
+
 use crate::config::NodeAddr;
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::resp::Value;
 use crate::slot::{Slot, SLOT_COUNT};
 
 /// Marks a slot no node serves.

@@ -123,8 +123,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tracing::{info, warn};
 
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Value};
+
 use crate::config::NodeAddr;
-use crate::resp::{self, Value};
 
 /// How often an idle tracking channel is pinged.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -263,7 +265,7 @@ impl Hub {
             TrackingMode::Bcast => handshake(prefixes),
             TrackingMode::Optin => {
                 let mut out = BytesMut::new();
-                resp::encode_command(&mut out, &probe_args(mode, &[]));
+                encode::encode_command(&mut out, &probe_args(mode, &[]));
                 out.freeze()
             }
         };
@@ -285,7 +287,7 @@ impl Hub {
 /// one is left out (the shorter one covers it).
 pub(crate) fn handshake(prefixes: &[Vec<u8>]) -> Bytes {
     let mut out = BytesMut::new();
-    resp::encode_command(&mut out, &handshake_args(prefixes));
+    encode::encode_command(&mut out, &handshake_args(prefixes));
     out.freeze()
 }
 
@@ -397,7 +399,7 @@ impl Channel {
     /// Redis answered the channel's handshake on a fresh connection;
     /// whether it took it.
     pub(crate) fn registered(&self, frame: &Bytes) -> bool {
-        if let Some(e) = resp::error_text(frame) {
+        if let Some(e) = frame::error_text(frame) {
             self.refused(&String::from_utf8_lossy(e));
             return false;
         }

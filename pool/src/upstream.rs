@@ -8,7 +8,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
+
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Value};
 
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::{expect_ok, Connector};
@@ -19,7 +23,6 @@ use crate::mux::Replies;
 use crate::node::Node;
 use crate::peer::Peer;
 use crate::redirect::{self, Action};
-use crate::resp::{self, Value};
 use crate::slot::Slot;
 use crate::topology::Topology;
 use crate::tracking::{Coherence, CoherenceListener, CoherenceMode, CoherenceStats, Hub};
@@ -56,7 +59,7 @@ struct Inner {
     info: ServerInfo,
     nodes: Mutex<HashMap<NodeAddr, Arc<Node>>>,
     refresh: Notify,
-    closed: tokio_util_free::CancelFlag,
+    closed: CancellationToken,
     wb: WriteBehind,
     /// Shared by the invalidation channels (client tracking or peer).
     hub: Option<Arc<Hub>>,
@@ -233,7 +236,7 @@ impl Upstream {
             info,
             nodes: Mutex::new(HashMap::new()),
             refresh: Notify::new(),
-            closed: tokio_util_free::CancelFlag::default(),
+            closed: CancellationToken::new(),
             wb: WriteBehind::new(cfg.write.clone()),
             hub,
             peer,
@@ -483,7 +486,7 @@ impl Upstream {
 
     /// Stops the background refresher.
     pub fn close(&self) {
-        self.inner.closed.set();
+        self.inner.closed.cancel();
         self.inner.refresh.notify_one();
     }
 
@@ -577,7 +580,7 @@ impl Upstream {
                 Action::Ask { addr } => {
                     let node = self.node(&addr);
                     let mut p = BytesMut::with_capacity(cmd.len() + 20);
-                    resp::encode_command(&mut p, &[b"ASKING"]);
+                    encode::encode_command(&mut p, &[b"ASKING"]);
                     p.extend_from_slice(cmd);
                     let mut r = self.call(&node, session, hint, p.freeze(), 2).await?;
                     reply = r
@@ -639,7 +642,7 @@ async fn probe_tracking(
         }
         Err(e) => return Err(e),
     };
-    match r.first().and_then(|f| resp::error_text(f)) {
+    match r.first().and_then(|f| frame::error_text(f)) {
         None => Ok(CoherenceMode::Tracking),
         Some(e) => {
             warn!(node = %addr, reply = %String::from_utf8_lossy(e), "CLIENT TRACKING refused: the L1 TTL cap alone bounds staleness of other clients' writes");
@@ -660,21 +663,4 @@ pub fn info_field(info: &[u8], field: &str) -> Option<String> {
         let (k, v) = l.split_once(':')?;
         (k == field).then(|| v.trim().to_owned())
     })
-}
-
-mod tokio_util_free {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A one-way flag.
-    #[derive(Debug, Default)]
-    pub struct CancelFlag(AtomicBool);
-
-    impl CancelFlag {
-        pub fn set(&self) {
-            self.0.store(true, Ordering::Release);
-        }
-        pub fn is_set(&self) -> bool {
-            self.0.load(Ordering::Acquire)
-        }
-    }
 }

@@ -47,10 +47,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
+use sidecache_resp::frame;
+
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
 use crate::mux::MuxConn;
-use crate::resp;
 use crate::slot::Slot;
 use crate::upstream::Upstream;
 
@@ -108,15 +109,15 @@ impl Write {
     /// from the command: a queued write holds no other copy of them, nor a
     /// reference into the client's read buffer.
     pub fn keys(&self) -> Keys {
-        let Some(args) = resp::Value::decode(&self.cmd)
+        let Some(args) = frame::Value::decode(&self.cmd)
             .ok()
-            .and_then(resp::Value::into_items)
+            .and_then(frame::Value::into_items)
         else {
             return Keys::new();
         };
         let mset = args
             .first()
-            .and_then(resp::Value::as_bytes)
+            .and_then(frame::Value::as_bytes)
             .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
         let step = if mset { 2 } else { usize::MAX };
         args.iter()
@@ -500,12 +501,13 @@ impl WriteQueue {
 #[cfg(test)]
 mod tests {
     use bytes::BytesMut;
+    use sidecache_resp::encode::encode_command;
 
     use super::*;
 
     fn write(args: &[&str]) -> Write {
         let mut out = BytesMut::new();
-        resp::encode_command(&mut out, args);
+        encode_command(&mut out, args);
         Write {
             db: 0,
             slot: None,

@@ -1,4 +1,4 @@
-//! Request-parsing micro-benchmark: our `sidecache::resp::request::Parser`
+//! Request-parsing micro-benchmark: our `sidecache_resp::request::Parser`
 //! against the `redis-protocol` crate's RESP2 decoder
 //! (`resp2::decode::decode_bytes_mut`), to decide which one parses client
 //! requests.
@@ -29,7 +29,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::types::BytesFrame;
-use sidecache::resp::request::{Limits, Parser, Request};
+use sidecache_resp::request::{Limits, Parser, Request};
 
 /// Limits well above every input (512 MiB is Redis's default
 /// `proto-max-bulk-len`).

@@ -31,9 +31,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::resp;
 use sidecache_pool::topology::Topology;
 use sidecache_pool::{mux::Replies, Proto, Session, Slot};
+use sidecache_resp::encode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -47,9 +47,9 @@ use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
 use crate::flight::{Fetched, Flight, Joined};
 use crate::metrics::{ConnMetrics, Path};
-use crate::resp::reply::Reply;
-use crate::resp::request::{Limits, Parser, Request};
 use crate::state::{ClientEntry, Shared};
+use sidecache_resp::encode::Reply;
+use sidecache_resp::request::{Limits, Parser, Request};
 
 mod blocking;
 mod cache;
@@ -471,7 +471,7 @@ impl Client {
             if cmd == Local::Ping && args.len() <= 2 && !self.shared.upstream.all_healthy() {
                 let mut ping = BytesMut::new();
                 let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                resp::encode_command(&mut ping, &argv);
+                encode::encode_command(&mut ping, &argv);
                 self.pending.push(Pending::Ping(ping.freeze()));
                 return Flow::Continue;
             }

@@ -5,7 +5,6 @@
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown.
 //! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
 //!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection).
-//! - [`resp`]: the client-side codec (requests in, local replies out).
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.
 //! - [`flight`]: coalescing of concurrent L1 misses on one key.
@@ -19,7 +18,8 @@
 //! - [`watch`]: once-a-second warnings (topology changes, retries, tracking loss).
 //!
 //! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
-//! the cache in `sidecache-l1`; what is cacheable and when it is invalidated
+//! the wire format (request parser, reply framing, encoders) in
+//! `sidecache-resp`; the cache in `sidecache-l1`; what is cacheable and when it is invalidated
 //! is decided here, in [`connection`]. This crate is the only one that sees clients.
 
 pub mod cmd;
@@ -30,15 +30,14 @@ pub mod http;
 pub mod info;
 pub mod metrics;
 pub mod pubsub;
-pub mod resp;
 pub mod server;
 pub mod state;
 pub mod watch;
 
 use std::sync::Arc;
 
-use sidecache_pool::resp::Value;
 use sidecache_pool::{Session, Target, Upstream};
+use sidecache_resp::frame::Value;
 
 pub use config::{Config, Options};
 pub use server::{run, Listeners};
@@ -63,11 +62,11 @@ pub enum StartError {
 pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     let upstream = Upstream::connect(config.upstream.clone()).await?;
     let mut cmd = bytes::BytesMut::new();
-    sidecache_pool::resp::encode_command(&mut cmd, &[b"COMMAND"]);
+    sidecache_resp::encode::encode_command(&mut cmd, &[b"COMMAND"]);
     let reply = upstream
         .execute(Session::default(), 0, Target::Any, cmd.freeze())
         .await?;
-    if let Some(e) = sidecache_pool::resp::error_text(&reply) {
+    if let Some(e) = sidecache_resp::frame::error_text(&reply) {
         return Err(StartError::CommandTable(
             String::from_utf8_lossy(e).into_owned(),
         ));

@@ -471,7 +471,7 @@ mod tests {
     }
 
     fn metrics() -> Metrics {
-        use sidecache_pool::resp::Value;
+        use sidecache_resp::frame::Value;
         let entry = |name: &str| {
             Value::Array(vec![
                 Value::Bulk(bytes::Bytes::copy_from_slice(name.as_bytes())),

@@ -55,7 +55,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use support::{Cluster, Proxy, RedisServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

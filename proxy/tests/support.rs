@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use clap::Parser as _;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

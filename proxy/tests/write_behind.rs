@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use redis::AsyncCommands;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use support::{
     cli, drained, enc, eventually_raw, info_field, raw, writer, Cluster, Proxy, ProxyProcess,
     RedisServer,

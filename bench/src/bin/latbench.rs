@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use bytes::BytesMut;
 use clap::{Parser, ValueEnum};
 use sidecache_bench::hist::Histogram;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use clap::Parser;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -9,12 +9,13 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::{Inner, Upstream};
+use sidecache_resp::frame;
+
 use crate::config::{NodeAddr, Session};
 use crate::conn::expect_ok;
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::redirect;
-use crate::resp;
 use crate::slot::Slot;
 use crate::topology::{self, Topology};
 
@@ -97,7 +98,7 @@ impl Upstream {
         if !self.inner.info.cluster {
             return;
         }
-        if let Some(text) = resp::error_text(reply) {
+        if let Some(text) = frame::error_text(reply) {
             if redirect::signals_failover(text) {
                 self.request_refresh();
             }
@@ -235,7 +236,7 @@ pub(super) async fn refresher(inner: Arc<Inner>, every: Duration) {
         let asked = tokio::time::timeout(every, inner.refresh.notified())
             .await
             .is_ok();
-        if inner.closed.is_set() {
+        if inner.closed.is_cancelled() {
             return;
         }
         let up = Upstream {

@@ -14,11 +14,12 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
 use super::{tracked, Queued, Write};
+use sidecache_resp::frame;
+
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
 use crate::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::redirect::{self, Action};
-use crate::resp;
 use crate::upstream::{Target, Upstream};
 
 pub(super) struct Batcher {
@@ -432,7 +433,7 @@ impl Batcher {
                     Err(e) => reply = error_reply(&e),
                 }
             }
-            let Some(text) = resp::error_text(&reply) else {
+            let Some(text) = frame::error_text(&reply) else {
                 wb.stats.flushed.fetch_add(1, Ordering::Relaxed);
                 return;
             };

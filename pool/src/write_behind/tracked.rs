@@ -35,8 +35,10 @@
 use bytes::{Bytes, BytesMut};
 
 use super::Queued;
+use sidecache_resp::encode;
+use sidecache_resp::frame;
+
 use crate::mux::{OwnTx, Replies};
-use crate::resp;
 
 /// What a retried write of an aborted transaction is answered meanwhile:
 /// retryable, so [`super::batcher`] sends it again on its own.
@@ -103,16 +105,16 @@ pub(super) fn wrap(batch: &[Queued], own: bool) -> (Bytes, usize, Layout, Option
         for q in writes {
             keys_of(&q.write.cmd, &mut keys);
         }
-        resp::encode_command(&mut out, &[b"CLIENT".as_slice(), b"CACHING", b"YES"]);
-        resp::encode_command(&mut out, &[b"MULTI"]);
+        encode::encode_command(&mut out, &[b"CLIENT".as_slice(), b"CACHING", b"YES"]);
+        encode::encode_command(&mut out, &[b"MULTI"]);
         if own {
-            resp::encode_command(&mut out, &keys);
+            encode::encode_command(&mut out, &keys);
         }
         for q in writes {
             out.extend_from_slice(&q.write.cmd);
         }
-        resp::encode_command(&mut out, &keys);
-        resp::encode_command(&mut out, &[b"EXEC"]);
+        encode::encode_command(&mut out, &keys);
+        encode::encode_command(&mut out, &[b"EXEC"]);
         let caching = replies;
         replies += g + layout.per_tx();
         if own {
@@ -167,8 +169,8 @@ pub(super) fn unwrap(frames: Replies, n: usize, layout: &Layout) -> Option<Unwra
 /// The replies of one transaction of `n` writes.
 fn unwrap_tx(frames: &[Bytes], n: usize, own: bool) -> Unwrapped {
     let lead = usize::from(own);
-    let caching_ok = resp::error_text(&frames[0]).is_none();
-    let multi_ok = resp::error_text(&frames[1]).is_none();
+    let caching_ok = frame::error_text(&frames[0]).is_none();
+    let multi_ok = frame::error_text(&frames[1]).is_none();
     let exec = &frames[frames.len() - 1];
     let queued = &frames[2 + lead..2 + lead + n];
     if !multi_ok {
@@ -179,7 +181,7 @@ fn unwrap_tx(frames: &[Bytes], n: usize, own: bool) -> Unwrapped {
             tracked: false,
         };
     }
-    if let Ok(Some(mut els)) = resp::array_elements(exec) {
+    if let Ok(Some(mut els)) = frame::array_elements(exec) {
         if els.len() == n + 1 + lead {
             let exists_ok = els.pop().is_some_and(|f| f.first() == Some(&b':'));
             return Unwrapped {
@@ -194,7 +196,7 @@ fn unwrap_tx(frames: &[Bytes], n: usize, own: bool) -> Unwrapped {
     let replies = queued
         .iter()
         .map(|q| {
-            if resp::error_text(q).is_some() {
+            if frame::error_text(q).is_some() {
                 q.clone()
             } else {
                 Bytes::from_static(ABORTED)
@@ -262,7 +264,7 @@ fn header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
         return None;
     }
     let end = memchr::memchr(b'\r', buf)?;
-    let n = resp::parse_int(buf.get(1..end)?).ok()?;
+    let n = sidecache_resp::int::parse_i64(buf.get(1..end)?)?;
     Some((usize::try_from(n).ok()?, end + 2))
 }
 
@@ -272,7 +274,7 @@ mod tests {
 
     fn enc(args: &[&str]) -> Bytes {
         let mut out = BytesMut::new();
-        resp::encode_command(&mut out, args);
+        encode::encode_command(&mut out, args);
         out.freeze()
     }
 

@@ -5,9 +5,9 @@
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::Proto;
 
-use crate::resp::reply::Reply;
-use crate::resp::request::parse_i64;
 use crate::state::{ClientEntry, Shared};
+use sidecache_resp::encode::Reply;
+use sidecache_resp::int::parse_i64;
 
 /// A locally answered command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

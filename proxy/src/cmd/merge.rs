@@ -2,7 +2,8 @@
 //! a split or fanned-out command answers exactly as a single Redis would.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::resp::{self, put_header, Value};
+use sidecache_resp::encode::put_header;
+use sidecache_resp::frame::{self, Value};
 
 /// One part's reply and the positions (in the client's key order) of the
 /// keys it carried.
@@ -27,7 +28,7 @@ pub fn merge(
 ) {
     use super::handling::Merge;
     // Any error answers the whole command, as it would on one server.
-    if let Some(e) = parts.iter().find(|p| resp::error_text(&p.frame).is_some()) {
+    if let Some(e) = parts.iter().find(|p| frame::error_text(&p.frame).is_some()) {
         out.put_slice(&e.frame);
         return;
     }
@@ -35,7 +36,7 @@ pub fn merge(
         Merge::Values => {
             let mut slots: Vec<Option<Bytes>> = vec![None; nkeys];
             for p in &parts {
-                match resp::array_elements(&p.frame) {
+                match frame::array_elements(&p.frame) {
                     Ok(Some(els)) if els.len() == p.positions.len() => {
                         for (e, &pos) in els.into_iter().zip(p.positions) {
                             if let Some(s) = slots.get_mut(pos as usize) {
@@ -84,7 +85,7 @@ pub fn merge(
         Merge::Concat => {
             let mut all = Vec::new();
             for p in &parts {
-                if let Ok(Some(els)) = resp::array_elements(&p.frame) {
+                if let Ok(Some(els)) = frame::array_elements(&p.frame) {
                     all.extend(els);
                 }
             }
@@ -102,7 +103,7 @@ pub fn merge(
 /// first upstream failure.
 pub fn kill(parts: &[sidecache_pool::Result<Bytes>], out: &mut BytesMut) {
     let frames = || parts.iter().filter_map(|p| p.as_ref().ok());
-    if let Some(ok) = frames().find(|f| resp::error_text(f).is_none()) {
+    if let Some(ok) = frames().find(|f| frame::error_text(f).is_none()) {
         out.put_slice(ok);
     } else if let Some(e) = frames().next() {
         out.put_slice(e);

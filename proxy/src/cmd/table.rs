@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sidecache_pool::resp::Value;
+use sidecache_resp::frame::Value;
 
 use super::handling::{self, Handling, Invalidation};
 
@@ -227,7 +227,7 @@ impl CommandInfo {
                     if idx >= argc || idx < 0 {
                         return Err(KeysError::Invalid);
                     }
-                    let n = crate::resp::request::parse_i64(&args[idx as usize])
+                    let n = sidecache_resp::int::parse_i64(&args[idx as usize])
                         .ok_or(KeysError::Invalid)?;
                     if n < 0 {
                         return Err(KeysError::Invalid);

@@ -7,9 +7,9 @@
 //! synchronously, so upstream gives its exact reply.
 
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::resp;
+use sidecache_resp::encode;
 
-use crate::resp::request::parse_i64;
+use sidecache_resp::int::parse_i64;
 
 /// The expiry a write sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,23 +173,23 @@ pub fn encode(
 
 fn encode_into(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)], out: &mut BytesMut) {
     if plan.mset {
-        resp::put_header(out, b'*', 1 + 2 * pairs.len() as i64);
-        resp::put_bulk(out, b"MSET");
+        encode::put_header(out, b'*', 1 + 2 * pairs.len() as i64);
+        encode::put_bulk(out, b"MSET");
         for &(k, v) in pairs {
-            resp::put_bulk(out, &args[k]);
-            resp::put_bulk(out, &args[v]);
+            encode::put_bulk(out, &args[k]);
+            encode::put_bulk(out, &args[v]);
         }
         return;
     }
     let (k, v) = pairs[0];
     match plan.expiry {
-        Expiry::Persist => resp::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v]]),
+        Expiry::Persist => encode::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v]]),
         Expiry::KeepTtl => {
-            resp::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v], b"KEEPTTL"])
+            encode::encode_command(out, &[b"SET".as_slice(), &args[k], &args[v], b"KEEPTTL"])
         }
         Expiry::At(ms) => {
             let mut b = itoa::Buffer::new();
-            resp::encode_command(
+            encode::encode_command(
                 out,
                 &[
                     b"SET".as_slice(),

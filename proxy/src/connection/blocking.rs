@@ -25,8 +25,9 @@
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::redirect::{self, Action};
-use sidecache_pool::resp;
 use sidecache_pool::Slot;
+use sidecache_resp::encode;
+use sidecache_resp::frame;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{Client, Flow, Inval};
@@ -99,21 +100,21 @@ impl Client {
             // CLIENT ID (for CLIENT UNBLOCK) travels in the same write as
             // the command: the command reaches Redis a round trip sooner.
             let mut payload = BytesMut::new();
-            resp::encode_command(&mut payload, &[b"CLIENT".as_slice(), b"ID"]);
+            encode::encode_command(&mut payload, &[b"CLIENT".as_slice(), b"ID"]);
             let mut count = 1;
             if b.wait {
                 // WAIT counts replicas that have this connection's last
                 // write; the writes it must cover went on other
                 // connections, so first make one here: a PUBLISH is
                 // replicated and moves the connection's offset past them.
-                resp::encode_command(
+                encode::encode_command(
                     &mut payload,
                     &[b"PUBLISH".as_slice(), b"__sidecache__:wait", b""],
                 );
                 count += 1;
             }
             if asking {
-                resp::encode_command(&mut payload, &[b"ASKING"]);
+                encode::encode_command(&mut payload, &[b"ASKING"]);
                 count += 1;
             }
             payload.extend_from_slice(&b.raw);
@@ -137,7 +138,7 @@ impl Client {
             };
             let id = ids
                 .first()
-                .and_then(|f| resp::Value::decode(f).ok())
+                .and_then(|f| frame::Value::decode(f).ok())
                 .and_then(|v| v.as_int());
             let me = self.st.id;
             if let Some(id) = id {
@@ -181,7 +182,7 @@ impl Client {
                 if let Some(id) = id {
                     let mut unblock = BytesMut::new();
                     let mut ib = itoa::Buffer::new();
-                    resp::encode_command(
+                    encode::encode_command(
                         &mut unblock,
                         &[b"CLIENT".as_slice(), b"UNBLOCK", ib.format(id).as_bytes()],
                     );
@@ -292,7 +293,7 @@ impl Client {
                         if let Some(m) = mode {
                             parts.push(m);
                         }
-                        resp::encode_command(&mut cmd, &parts);
+                        encode::encode_command(&mut cmd, &parts);
                         match node.health().control_call(cmd.freeze()).await {
                             Ok(f) => f,
                             Err(e) => {

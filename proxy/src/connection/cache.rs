@@ -15,14 +15,14 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_l1::Lookup;
-use sidecache_pool::resp;
 use sidecache_pool::Slot;
+use sidecache_resp::encode;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
-use crate::resp::request::Request;
+use sidecache_resp::request::Request;
 
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.
@@ -80,8 +80,8 @@ impl Client {
     fn enqueue_fetch(&mut self, node: usize, key: &[u8], fill: bool) -> u32 {
         if !fill {
             let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
-            resp::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
-            resp::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
+            encode::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
+            encode::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
             let (_, idx) = self.enqueue(node, &cmd);
             // `enqueue` counted one command; the PTTL is the second.
             self.builders[node].count += 1;
@@ -92,8 +92,8 @@ impl Client {
         }
         let b = &mut self.fills[node];
         b.buf.extend_from_slice(CACHING_YES);
-        resp::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
-        resp::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
+        encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
+        encode::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
         b.count += 3;
         (b.count - 3) as u32
     }

@@ -11,13 +11,14 @@
 use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::resp::{self, put_header, Value};
 use sidecache_pool::Proto;
+use sidecache_resp::encode::{self, put_header};
+use sidecache_resp::frame::{self, Value};
 
 use super::{Client, Fetch, MgetItem, Pending, SCAN_SHARD_BITS};
 use crate::cmd::merge::{self, PartReply};
 use crate::flight::{self, Fetched};
-use crate::resp::reply::Reply;
+use sidecache_resp::encode::Reply;
 
 impl Client {
     /// Sends the batch's upstream work, waits for it, and writes every
@@ -375,7 +376,7 @@ impl Client {
             // Not tracked unless Redis took the CLIENT CACHING YES: fetched
             // only, not cached.
             let caching = self.take_lane_frame(true, f.node, f.idx);
-            if !caching.is_ok_and(|c| resp::error_text(&c).is_none()) {
+            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
                 f.ticket = None;
             }
             (
@@ -390,12 +391,12 @@ impl Client {
         };
         let result = match got {
             Err(e) => Fetched::Error(error_frame(&e)),
-            Ok(frame) if resp::error_text(&frame).is_some() && self.topo.is_cluster() => {
+            Ok(frame) if frame::error_text(&frame).is_some() && self.topo.is_cluster() => {
                 self.shared.metrics.note_redirect(&frame);
                 // A redirect (or another error): follow it for the GET alone
                 // and do not fill; the next read will.
                 let mut cmd = BytesMut::new();
-                resp::encode_command(&mut cmd, &[b"GET".as_slice(), &f.key]);
+                encode::encode_command(&mut cmd, &[b"GET".as_slice(), &f.key]);
                 match self
                     .shared
                     .upstream
@@ -472,7 +473,7 @@ impl Client {
         cmd: &Bytes,
     ) -> sidecache_pool::Result<Bytes> {
         let frame = self.take_frame(node, idx)?;
-        if !self.topo.is_cluster() || resp::error_text(&frame).is_none() || cmd.is_empty() {
+        if !self.topo.is_cluster() || frame::error_text(&frame).is_none() || cmd.is_empty() {
             return Ok(frame);
         }
         self.shared.metrics.note_redirect(&frame);
@@ -511,7 +512,7 @@ fn fetched(frame: &Bytes) -> Fetched {
 
 fn write_value(out: &mut BytesMut, proto: Proto, v: Option<&Bytes>) {
     match v {
-        Some(b) => resp::put_bulk(out, b),
+        Some(b) => encode::put_bulk(out, b),
         None if proto == Proto::Resp3 => out.put_slice(b"_\r\n"),
         None => out.put_slice(b"$-1\r\n"),
     }
@@ -541,7 +542,7 @@ pub(crate) fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
 
 /// Rewrites a SCAN reply's cursor to encode the master index.
 fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
-    let Ok(Some(els)) = resp::array_elements(frame) else {
+    let Ok(Some(els)) = frame::array_elements(frame) else {
         out.put_slice(frame);
         return;
     };
@@ -568,6 +569,6 @@ fn rewrite_scan(frame: &Bytes, shard: u64, nshards: u64, out: &mut BytesMut) {
         0
     };
     put_header(out, b'*', 2);
-    resp::put_bulk(out, next.to_string().as_bytes());
+    encode::put_bulk(out, next.to_string().as_bytes());
     out.put_slice(&els[1]);
 }

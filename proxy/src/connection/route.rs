@@ -3,13 +3,13 @@
 //! and where a blocking command goes.
 
 use bytes::BytesMut;
-use sidecache_pool::resp::{self, put_header};
 use sidecache_pool::Slot;
+use sidecache_resp::encode::{self, put_header};
 
 use super::{Client, Flow, Inval, Part, Pending, SCAN_SHARD_BITS};
 use crate::cmd::handling::Merge;
 use crate::cmd::local;
-use crate::resp::request::Request;
+use sidecache_resp::request::Request;
 
 impl Client {
     /// A blocking command: its node (its keys' slot, which all must share
@@ -94,11 +94,11 @@ impl Client {
             };
             let mut cmd = BytesMut::new();
             put_header(&mut cmd, b'*', 1 + (positions.len() * step) as i64);
-            resp::put_bulk(&mut cmd, &args[0]);
+            encode::put_bulk(&mut cmd, &args[0]);
             for &p in &positions {
                 let i = 1 + p as usize * step;
                 for a in &args[i..i + step] {
-                    resp::put_bulk(&mut cmd, a);
+                    encode::put_bulk(&mut cmd, a);
                 }
             }
             let cmd = cmd.freeze();
@@ -137,7 +137,7 @@ impl Client {
         let c = up_cursor.to_string();
         let mut new_args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         new_args[1] = c.as_bytes();
-        resp::encode_command(&mut cmd, &new_args);
+        encode::encode_command(&mut cmd, &new_args);
         let cmd = cmd.freeze();
         let (node, idx) = self.enqueue(shard as usize, &cmd);
         self.pending.push(Pending::Scan {

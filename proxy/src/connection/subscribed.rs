@@ -17,14 +17,15 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::redirect;
-use sidecache_pool::resp::{self, put_header, Value};
 use sidecache_pool::{Proto, Slot};
+use sidecache_resp::encode::{self, put_header};
+use sidecache_resp::frame::Value;
 use tokio::sync::mpsc;
 
 use super::{Client, Pending};
 use crate::cmd::local;
 use crate::pubsub::{Delivery, Kind, Outbox};
-use crate::resp::request::Request;
+use sidecache_resp::request::Request;
 
 /// A client's subscriptions and its outbox.
 pub(super) struct Subs {
@@ -128,8 +129,8 @@ impl Client {
                 let arg = req.args.get(1).cloned().unwrap_or_default();
                 self.local_reply(|r| {
                     put_header(r.out, b'*', 2);
-                    resp::put_bulk(r.out, b"pong");
-                    resp::put_bulk(r.out, &arg);
+                    encode::put_bulk(r.out, b"pong");
+                    encode::put_bulk(r.out, &arg);
                 });
                 true
             }
@@ -266,8 +267,8 @@ impl Client {
             }
             let count = self.subs_mut().count(kind);
             put_header(&mut self.scratch, push, 3);
-            resp::put_bulk(&mut self.scratch, kind.reply_name(true));
-            resp::put_bulk(&mut self.scratch, name);
+            encode::put_bulk(&mut self.scratch, kind.reply_name(true));
+            encode::put_bulk(&mut self.scratch, name);
             put_header(&mut self.scratch, b':', count);
         }
         self.pending.push(Pending::Local(start..self.scratch.len()));
@@ -289,9 +290,9 @@ impl Client {
         };
         let one = |out: &mut BytesMut, name: Option<&Bytes>, count: i64| {
             put_header(out, push, 3);
-            resp::put_bulk(out, kind.reply_name(false));
+            encode::put_bulk(out, kind.reply_name(false));
             match (name, proto) {
-                (Some(n), _) => resp::put_bulk(out, n),
+                (Some(n), _) => encode::put_bulk(out, n),
                 (None, Proto::Resp3) => out.extend_from_slice(b"_\r\n"),
                 (None, Proto::Resp2) => out.extend_from_slice(b"$-1\r\n"),
             }
@@ -395,20 +396,20 @@ impl Client {
                     match m.kind {
                         Kind::Pattern => {
                             put_header(out, push, 4);
-                            resp::put_bulk(out, b"pmessage");
-                            resp::put_bulk(out, &m.pattern);
+                            encode::put_bulk(out, b"pmessage");
+                            encode::put_bulk(out, &m.pattern);
                         }
                         Kind::Channel => {
                             put_header(out, push, 3);
-                            resp::put_bulk(out, b"message");
+                            encode::put_bulk(out, b"message");
                         }
                         Kind::Shard => {
                             put_header(out, push, 3);
-                            resp::put_bulk(out, b"smessage");
+                            encode::put_bulk(out, b"smessage");
                         }
                     }
-                    resp::put_bulk(out, &m.channel);
-                    resp::put_bulk(out, &m.payload);
+                    encode::put_bulk(out, &m.channel);
+                    encode::put_bulk(out, &m.payload);
                 }
                 Delivery::ShardUnsubscribed(name) => {
                     let push = self.push_kind();
@@ -422,8 +423,8 @@ impl Client {
                     };
                     self.note_mode(before);
                     put_header(&mut self.wbuf, push, 3);
-                    resp::put_bulk(&mut self.wbuf, b"sunsubscribe");
-                    resp::put_bulk(&mut self.wbuf, &name);
+                    encode::put_bulk(&mut self.wbuf, b"sunsubscribe");
+                    encode::put_bulk(&mut self.wbuf, &name);
                     put_header(&mut self.wbuf, b':', count);
                 }
             }
@@ -483,12 +484,12 @@ impl Client {
                     put_header(&mut self.wbuf, b'*', items.len() as i64);
                     for pair in items.chunks(2) {
                         let (Some(ch), Some(n)) = (pair[0].as_bytes(), pair[1].as_int()) else {
-                            resp::put_bulk(&mut self.wbuf, b"");
+                            encode::put_bulk(&mut self.wbuf, b"");
                             put_header(&mut self.wbuf, b':', 0);
                             continue;
                         };
                         let (local, ours) = hub.numsub(ch, *shard);
-                        resp::put_bulk(&mut self.wbuf, ch);
+                        encode::put_bulk(&mut self.wbuf, ch);
                         put_header(&mut self.wbuf, b':', (n - ours).max(0) + local);
                     }
                 }

@@ -32,15 +32,15 @@
 //! error, and the EXEC then aborts (`-EXECABORT`) without running anything.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::resp;
 use sidecache_pool::session::SessionConn;
 use sidecache_pool::Slot;
+use sidecache_resp::encode;
 
 use super::{Client, Flow, Inval, Pending};
 
 mod run;
 use crate::cmd::local::{self, Local, Outcome};
-use crate::resp::request::Request;
+use sidecache_resp::request::Request;
 
 /// The reply Redis gives EXEC after a queue-time error.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -268,7 +268,7 @@ impl Client {
             return;
         }
         let mut ping = BytesMut::new();
-        resp::encode_command(&mut ping, &[b"PING"]);
+        encode::encode_command(&mut ping, &[b"PING"]);
         if let Some(tx) = self.tx.as_mut() {
             tx.deferred.push((tx.queued, cmd, req.args.clone()));
         }
@@ -392,7 +392,7 @@ impl Client {
     /// plain local reply when no MULTI is open).
     fn tx_local_error(&mut self, msg: &str) {
         let start = self.scratch.len();
-        crate::resp::reply::Reply {
+        sidecache_resp::encode::Reply {
             out: &mut self.scratch,
             proto: self.st.proto,
         }

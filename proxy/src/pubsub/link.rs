@@ -12,9 +12,10 @@ use std::sync::Weak;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::config::NodeAddr;
-use sidecache_pool::resp::{self, Scanner, Value};
 use sidecache_pool::session::SessionPool;
 use sidecache_pool::{Proto, Session};
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Scanner, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::debug;
@@ -94,7 +95,7 @@ async fn serve(
                 };
                 let mut next = Some(first);
                 while let Some(c) = next {
-                    resp::encode_command(&mut out, &[command(c.kind, c.sub), &c.name[..]]);
+                    encode::encode_command(&mut out, &[command(c.kind, c.sub), &c.name[..]]);
                     sent.push_back((c.kind, c.name, c.sub));
                     next = rx.try_recv().ok();
                 }
@@ -168,7 +169,7 @@ async fn drain(
 }
 
 fn handle(hub: &Hub, id: u64, frame: &Bytes, sent: &mut VecDeque<(Kind, Bytes, bool)>) {
-    if let Some(text) = resp::error_text(frame) {
+    if let Some(text) = frame::error_text(frame) {
         // An error answers the oldest command not yet answered.
         if let Some((kind, name, true)) = sent.pop_front() {
             hub.refused(id, kind, &name, String::from_utf8_lossy(text).into_owned());

@@ -8,13 +8,14 @@ use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::redirect::{self, Action};
-use sidecache_pool::resp;
 use sidecache_pool::Slot;
+use sidecache_resp::encode;
+use sidecache_resp::frame;
 
 use super::{End, Held, TxBlock, TxPending, EXECABORT};
 use crate::cmd::local::{self, Local};
 use crate::connection::{Client, Pending};
-use crate::resp::request::Request;
+use sidecache_resp::request::Request;
 
 impl Client {
     /// EXEC or DISCARD closes the block: on a shared connection when
@@ -26,7 +27,7 @@ impl Client {
         // EXECABORT as Redis would.
         if end == End::Exec && tx.dirty {
             let mut discard = BytesMut::new();
-            resp::encode_command(&mut discard, &[b"DISCARD"]);
+            encode::encode_command(&mut discard, &[b"DISCARD"]);
             tx.buf.extend_from_slice(&discard);
         } else {
             tx.buf.extend_from_slice(&req.raw);
@@ -87,7 +88,7 @@ impl Client {
             let mut restore = false;
             if selects {
                 let mut b = itoa::Buffer::new();
-                resp::encode_command(
+                encode::encode_command(
                     &mut tx.buf,
                     &[b"SELECT".as_slice(), b.format(self.st.db).as_bytes()],
                 );
@@ -447,7 +448,7 @@ impl Client {
         let Some(last) = frames.pop() else {
             return frames;
         };
-        let Ok(Some(mut items)) = resp::array_elements(&last) else {
+        let Ok(Some(mut items)) = frame::array_elements(&last) else {
             frames.push(last);
             return frames;
         };
@@ -470,7 +471,7 @@ impl Client {
             return frames;
         }
         let mut array = BytesMut::new();
-        resp::put_header(&mut array, b'*', items.len() as i64);
+        encode::put_header(&mut array, b'*', items.len() as i64);
         for i in &items {
             array.put_slice(i);
         }
@@ -497,7 +498,7 @@ impl Client {
         let node = up.redirect_node(&addr, slot, !asking);
         let mut payload = BytesMut::with_capacity(block.len() + 20);
         if asking {
-            resp::encode_command(&mut payload, &[b"ASKING"]);
+            encode::encode_command(&mut payload, &[b"ASKING"]);
         }
         payload.extend_from_slice(block);
         let n = count + usize::from(asking);

@@ -9,8 +9,9 @@
 
 use std::ops::Range;
 
+use crate::encode::encode_command;
+use crate::int::parse_i64;
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::resp::encode_command;
 
 /// Longest inline request or length line (Redis's `PROTO_INLINE_MAX_SIZE`).
 pub const INLINE_MAX: usize = 64 * 1024;
@@ -333,38 +334,6 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
         }
         args.push(cur);
     }
-}
-
-/// Parses a Redis integer (`string2ll`): optional `-`, digits, no leading
-/// `+`, no spaces, no leading zeros except `0` itself.
-pub fn parse_i64(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (neg, d) = if s[0] == b'-' {
-        (true, &s[1..])
-    } else {
-        (false, s)
-    };
-    if d.is_empty() || d[0] == b'0' {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &c in d {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        let digit = i64::from(c - b'0');
-        v = if neg {
-            v.checked_mul(10)?.checked_sub(digit)?
-        } else {
-            v.checked_mul(10)?.checked_add(digit)?
-        };
-    }
-    Some(v)
 }
 
 #[cfg(test)]

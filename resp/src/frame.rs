@@ -1,4 +1,4 @@
-//! RESP2/RESP3 framing for upstream replies.
+//! RESP2/RESP3 reply frames, as upstreams send them.
 //!
 //! Replies are passed to clients as the exact bytes the server sent, so the
 //! hot path only needs to know where a frame ends: [`Scanner`] finds that
@@ -7,7 +7,9 @@
 //! arrives in pieces. [`Value`] is the decoded form, used only where the proxy
 //! must look inside a reply (merging split commands, topology, COMMAND).
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+
+use crate::int::parse_i64;
 
 /// Deepest nesting [`Value::decode`] accepts; deeper replies are passed
 /// through untouched but cannot be inspected.
@@ -123,26 +125,9 @@ fn line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ProtocolError>
     }
 }
 
-/// Parses a decimal `i64` as Redis writes it.
-pub fn parse_int(s: &[u8]) -> Result<i64, ProtocolError> {
-    let (neg, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        _ => (false, s),
-    };
-    if digits.is_empty() || digits.len() > 19 {
-        return Err(ProtocolError::BadNumber);
-    }
-    let mut v: i64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return Err(ProtocolError::BadNumber);
-        }
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(i64::from(c - b'0')))
-            .ok_or(ProtocolError::BadNumber)?;
-    }
-    Ok(if neg { -v } else { v })
+/// A length or integer in a reply header, as Redis writes it.
+fn parse_int(s: &[u8]) -> Result<i64, ProtocolError> {
+    parse_i64(s).ok_or(ProtocolError::BadNumber)
 }
 
 /// A decoded reply.
@@ -312,32 +297,6 @@ pub fn array_elements(frame: &Bytes) -> Result<Option<Vec<Bytes>>, ProtocolError
     Ok(Some(out))
 }
 
-/// Appends a command as a RESP array of bulk strings.
-pub fn encode_command<A: AsRef<[u8]>>(out: &mut BytesMut, args: &[A]) {
-    put_header(out, b'*', args.len() as i64);
-    for a in args {
-        put_bulk(out, a.as_ref());
-    }
-}
-
-/// Appends `<kind><n>\r\n`.
-pub fn put_header(out: &mut BytesMut, kind: u8, n: i64) {
-    let mut b = itoa::Buffer::new();
-    let s = b.format(n);
-    out.reserve(s.len() + 3);
-    out.put_u8(kind);
-    out.put_slice(s.as_bytes());
-    out.put_slice(b"\r\n");
-}
-
-/// Appends a bulk string.
-pub fn put_bulk(out: &mut BytesMut, data: &[u8]) {
-    put_header(out, b'$', data.len() as i64);
-    out.reserve(data.len() + 2);
-    out.put_slice(data);
-    out.put_slice(b"\r\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,12 +378,5 @@ mod tests {
         assert_eq!(els[1], &b"$-1\r\n"[..]);
         assert_eq!(els[2], &b":7\r\n"[..]);
         assert_eq!(error_text(b"-MOVED 1 h:1\r\n"), Some(&b"MOVED 1 h:1"[..]));
-    }
-
-    #[test]
-    fn encodes_commands() {
-        let mut b = BytesMut::new();
-        encode_command(&mut b, &["GET", "k"]);
-        assert_eq!(&b[..], b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     }
 }

@@ -140,14 +140,3 @@ fn inline_quoting() {
     assert_eq!(split_args(b"   "), Some(vec![]));
     assert_eq!(split_args(b"'it\\'s'"), Some(vec![b"it's".to_vec()]));
 }
-
-#[test]
-fn integers() {
-    assert_eq!(parse_i64(b"0"), Some(0));
-    assert_eq!(parse_i64(b"-5"), Some(-5));
-    assert_eq!(parse_i64(b"007"), None);
-    assert_eq!(parse_i64(b"+1"), None);
-    assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-    assert_eq!(parse_i64(b"9223372036854775808"), None);
-    assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
-}

@@ -1,8 +1,35 @@
-//! Writers for replies the proxy builds itself, in the client's protocol.
+//! Writing RESP: commands sent upstream, and the replies sidecache builds
+//! itself, in the client's protocol.
 
 use bytes::{BufMut, BytesMut};
-use sidecache_pool::resp::{put_bulk, put_header};
-use sidecache_pool::Proto;
+
+use crate::Proto;
+
+/// Appends a command as a RESP array of bulk strings.
+pub fn encode_command<A: AsRef<[u8]>>(out: &mut BytesMut, args: &[A]) {
+    put_header(out, b'*', args.len() as i64);
+    for a in args {
+        put_bulk(out, a.as_ref());
+    }
+}
+
+/// Appends `<kind><n>\r\n`.
+pub fn put_header(out: &mut BytesMut, kind: u8, n: i64) {
+    let mut b = itoa::Buffer::new();
+    let s = b.format(n);
+    out.reserve(s.len() + 3);
+    out.put_u8(kind);
+    out.put_slice(s.as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// Appends a bulk string.
+pub fn put_bulk(out: &mut BytesMut, data: &[u8]) {
+    put_header(out, b'$', data.len() as i64);
+    out.reserve(data.len() + 2);
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
 
 /// Appends replies to a buffer in one protocol version.
 #[derive(Debug)]
@@ -113,5 +140,12 @@ mod tests {
         r.map(2);
         r.verbatim(b"x");
         assert_eq!(&b[..], b"_\r\n%2\r\n=5\r\ntxt:x\r\n");
+    }
+
+    #[test]
+    fn encodes_commands() {
+        let mut b = BytesMut::new();
+        encode_command(&mut b, &["GET", "k"]);
+        assert_eq!(&b[..], b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     }
 }

@@ -5,7 +5,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
-use sidecache_pool::resp::{put_bulk, put_header, Scanner, Value};
+use sidecache_resp::encode::{put_bulk, put_header};
+use sidecache_resp::frame::{Scanner, Value};
 
 fn text() -> impl Strategy<Value = Bytes> {
     // Simple-string payloads: anything but CR and LF.

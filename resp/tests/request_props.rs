@@ -6,8 +6,8 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use sidecache::resp::request::{Limits, Parser, Request};
-use sidecache_pool::resp::encode_command;
+use sidecache_resp::encode::encode_command;
+use sidecache_resp::request::{Limits, Parser, Request};
 
 const LIMITS: Limits = Limits {
     max_bulk: 512 * 1024 * 1024,
