@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
-
 use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Scanner, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::config::{Credentials, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 use crate::error::{Error, Result};

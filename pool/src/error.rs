@@ -1,18 +1,12 @@
-//! Errors of the upstream side: who caused them and whether a retry can help.
+//! Errors of the upstream side, and how one reaches a client. Which
+//! upstream replies are redirects or retried is decided in `redirect`.
 
 use std::sync::Arc;
 
+use bytes::{BufMut, Bytes, BytesMut};
+
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Which side of the proxy an error came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    /// The upstream server or the network to it.
-    Upstream,
-    /// Our own configuration or an invariant of the proxy.
-    Internal,
-}
 
 /// Everything that can go wrong talking to upstream.
 ///
@@ -125,20 +119,35 @@ pub enum Error {
 }
 
 impl Error {
-    /// Which side caused the error.
-    pub fn side(&self) -> Side {
-        match self {
-            Error::Config(_) | Error::Tls(_) | Error::Closed => Side::Internal,
-            _ => Side::Upstream,
-        }
+    /// Appends the error as the client sees it: `-ERR <text>` (CR and LF
+    /// in the text become spaces). The one place an upstream failure turns
+    /// into a reply; Redis's own error replies pass through untouched.
+    pub fn write_reply(&self, out: &mut BytesMut) {
+        let text = self.to_string().replace(['\r', '\n'], " ");
+        out.reserve(text.len() + 7);
+        out.put_slice(b"-ERR ");
+        out.put_slice(text.as_bytes());
+        out.put_slice(b"\r\n");
     }
 
-    /// Whether sending the same command again (after a refresh or a
-    /// reconnect) may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Connect { .. } | Error::SlotUnassigned(_) | Error::Timeout { .. }
-        )
+    /// [`Error::write_reply`] as a frame of its own.
+    pub fn reply(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        self.write_reply(&mut out);
+        out.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_is_one_error_line() {
+        let e = Error::Topology("a\r\nb".into());
+        assert_eq!(
+            &e.reply()[..],
+            b"-ERR cannot read cluster topology: a  b\r\n"
+        );
     }
 }

@@ -50,9 +50,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tracing::{info, warn};
-
 use sidecache_resp::frame;
+use tracing::{info, warn};
 
 use crate::config::{NodeAddr, Session};
 use crate::conn::Connector;

@@ -45,7 +45,7 @@ pub mod upstream;
 pub mod write_behind;
 
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
-pub use error::{Error, Result, Side};
+pub use error::{Error, Result};
 pub use slot::Slot;
 pub use upstream::{ServerInfo, Target, Upstream};
 pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteConfig, WriteListener};

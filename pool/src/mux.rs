@@ -50,9 +50,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use sidecache_resp::encode;
-use sidecache_resp::frame::Scanner;
-
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};
 use crate::error::{Error, Result};
@@ -61,6 +58,8 @@ use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
 mod own;
 pub(crate) use own::OwnTx;
+use sidecache_resp::encode;
+use sidecache_resp::frame::Scanner;
 
 /// Requests queued per connection before callers wait (backpressure).
 const QUEUE: usize = 1024;

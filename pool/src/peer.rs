@@ -23,11 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracing::warn;
-
 use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Scanner, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::warn;
 
 use crate::config::{Proto, Session};
 use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};

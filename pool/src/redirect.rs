@@ -75,6 +75,17 @@ pub fn signals_failover(text: &[u8]) -> bool {
     .any(|p| text.starts_with(p))
 }
 
+/// Whether a write-behind write that got the error `text` (without `-`) is
+/// sent again rather than failed for good: a failover or a busy script in
+/// progress, or a redirect still unresolved after following it (slot maps
+/// changing during a failover).
+pub fn retry_write(text: &[u8]) -> bool {
+    signals_failover(text)
+        || [b"BUSY ".as_slice(), b"MOVED ", b"ASK "]
+            .iter()
+            .any(|p| text.starts_with(p))
+}
+
 fn parse_target(rest: &[u8]) -> Option<(Slot, NodeAddr)> {
     let s = std::str::from_utf8(rest).ok()?;
     let (slot, addr) = s.trim().split_once(' ')?;

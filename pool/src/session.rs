@@ -22,10 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use sidecache_resp::frame::Scanner;
 
 use crate::config::{NodeAddr, Session};
 use crate::conn::{Connector, ReadHalf, WriteHalf};

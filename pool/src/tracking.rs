@@ -121,10 +121,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tracing::{info, warn};
-
 use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Value};
+use tracing::{info, warn};
 
 use crate::config::NodeAddr;
 

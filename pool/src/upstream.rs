@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
+use sidecache_resp::encode;
+use sidecache_resp::frame::{self, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
-
-use sidecache_resp::encode;
-use sidecache_resp::frame::{self, Value};
 
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::{expect_ok, Connector};

@@ -47,8 +47,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
-use sidecache_resp::frame;
-
 use crate::config::{NodeAddr, Proto, Session};
 use crate::error::{Error, Result};
 use crate::mux::MuxConn;
@@ -58,6 +56,7 @@ use crate::upstream::Upstream;
 mod batcher;
 mod tracked;
 use batcher::Batcher;
+use sidecache_resp::frame;
 
 /// Write-behind settings.
 #[derive(Debug, Clone)]

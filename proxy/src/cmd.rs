@@ -1,6 +1,7 @@
 //! Commands: the table loaded from upstream, how each command is handled,
 //! and the commands the proxy answers itself.
 
+pub mod flags;
 pub mod handling;
 pub mod local;
 pub mod merge;

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::topology::Topology;
 use sidecache_pool::{mux::Replies, Proto, Session, Slot};
-use sidecache_resp::encode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -48,8 +47,6 @@ use crate::config::WriteMode;
 use crate::flight::{Fetched, Flight, Joined};
 use crate::metrics::{ConnMetrics, Path};
 use crate::state::{ClientEntry, Shared};
-use sidecache_resp::encode::Reply;
-use sidecache_resp::request::{Limits, Parser, Request};
 
 mod blocking;
 mod cache;
@@ -60,9 +57,11 @@ mod subscribed;
 mod tx;
 mod write;
 
-pub(crate) use flush::upstream_error;
 use serve::write_out;
 pub use serve::{serve, ClientStream};
+use sidecache_resp::encode;
+use sidecache_resp::encode::Reply;
+use sidecache_resp::request::{Limits, Parser, Request};
 
 /// Commands resolved together at most (bounds memory per client).
 pub const MAX_BATCH: usize = 4096;

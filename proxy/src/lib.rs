@@ -37,10 +37,10 @@ pub mod watch;
 use std::sync::Arc;
 
 use sidecache_pool::{Session, Target, Upstream};
-use sidecache_resp::frame::Value;
 
 pub use config::{Config, Options};
 pub use server::{run, Listeners};
+use sidecache_resp::frame::Value;
 pub use state::Shared;
 
 /// Why the proxy could not start.

@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use sidecache_pool::topology::Topology;
 
-use crate::cmd::local::Local;
+use crate::cmd::local::name::Local;
 use crate::cmd::table::CommandTable;
 
 /// Upper bounds of the client-latency histogram buckets, nanoseconds

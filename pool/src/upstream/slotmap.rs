@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sidecache_resp::frame;
 use tracing::{info, warn};
 
 use super::{Inner, Upstream};
-use sidecache_resp::frame;
 
 use crate::config::{NodeAddr, Session};
 use crate::conn::expect_ok;

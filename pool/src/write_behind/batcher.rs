@@ -10,14 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use sidecache_resp::frame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
 use super::{tracked, Queued, Write};
-use sidecache_resp::frame;
-
 use crate::config::{NodeAddr, Proto, Session};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::redirect::{self, Action};
 use crate::upstream::{Target, Upstream};
@@ -87,12 +86,6 @@ fn unwrapped(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<
 /// Longest pause between two retries of a write: with the slot map
 /// refreshed as often, writes follow a promotion within a few hundred ms.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
-
-/// Upstream errors after which the same write may succeed later: the
-/// cluster changing under it, or a busy server.
-fn retryable(text: &[u8]) -> bool {
-    redirect::signals_failover(text) || text.starts_with(b"BUSY ")
-}
 
 impl Batcher {
     pub(super) async fn run(&mut self) {
@@ -412,50 +405,49 @@ impl Batcher {
     }
 
     /// Follows redirects and retries one write until its final outcome.
-    async fn settle(&self, w: &Write, mut reply: Bytes) {
+    async fn settle(&self, w: &Write, reply: Bytes) {
         let wb = self.up.write_behind();
         let session = Session {
             db: self.db,
             proto: Proto::Resp2,
         };
         let mut backoff = Duration::from_millis(20);
+        let mut reply: Result<Bytes> = Ok(reply);
         loop {
-            if matches!(
-                redirect::decide(&reply, 0),
-                Action::Moved { .. } | Action::Ask { .. }
-            ) {
-                match self
-                    .up
-                    .follow(session, 0, w.slot, &w.cmd, reply.clone())
-                    .await
-                {
-                    Ok(r) => reply = r,
-                    Err(e) => reply = error_reply(&e),
+            if let Ok(frame) = &reply {
+                if matches!(
+                    redirect::decide(frame, 0),
+                    Action::Moved { .. } | Action::Ask { .. }
+                ) {
+                    reply = self
+                        .up
+                        .follow(session, 0, w.slot, &w.cmd, frame.clone())
+                        .await;
                 }
             }
-            let Some(text) = frame::error_text(&reply) else {
-                wb.stats.flushed.fetch_add(1, Ordering::Relaxed);
-                return;
+            // A failure to reach the node (or no answer), and a redirect
+            // still unresolved after following it (maps changing during a
+            // failover), are sent again after a refresh.
+            let failed = match &reply {
+                Ok(frame) => match frame::error_text(frame) {
+                    None => {
+                        wb.stats.flushed.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Some(text) if redirect::retry_write(text) => None,
+                    Some(text) => Some(String::from_utf8_lossy(text).into_owned()),
+                },
+                Err(_) => None,
             };
-            // A redirect still unresolved after following it (maps changing
-            // during a failover) is retried too, after a refresh.
-            if retryable(text)
-                || text.starts_with(b"ERR upstream")
-                || text.starts_with(b"MOVED ")
-                || text.starts_with(b"ASK ")
-            {
+            let Some(text) = failed else {
                 wb.stats.retries.fetch_add(1, Ordering::Relaxed);
                 self.up.request_refresh();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
                 let target = w.slot.map_or(Target::Any, Target::Slot);
-                reply = match self.up.execute(session, 0, target, w.cmd.clone()).await {
-                    Ok(r) => r,
-                    Err(e) => error_reply(&e),
-                };
+                reply = self.up.execute(session, 0, target, w.cmd.clone()).await;
                 continue;
-            }
-            let text = String::from_utf8_lossy(text).into_owned();
+            };
             wb.stats.failed.fetch_add(1, Ordering::Relaxed);
             let keys = w.keys();
             let names: Vec<String> = keys
@@ -469,9 +461,4 @@ impl Batcher {
             return;
         }
     }
-}
-
-fn error_reply(e: &Error) -> Bytes {
-    let text = e.to_string().replace(['\r', '\n'], " ");
-    Bytes::from(format!("-ERR upstream {text}\r\n"))
 }

@@ -33,10 +33,10 @@
 //! their keys dropped from the L1 afterwards.
 
 use bytes::{Bytes, BytesMut};
-
-use super::Queued;
 use sidecache_resp::encode;
 use sidecache_resp::frame;
+
+use super::Queued;
 
 use crate::mux::{OwnTx, Replies};
 

@@ -1,7 +1,7 @@
 //! The override list: what `COMMAND` cannot say about how a proxy must treat
 //! a command. Everything not listed is forwarded to its key's node.
 
-use super::table::Flags;
+use super::flags::Flags;
 use crate::pubsub::Kind;
 
 /// How a reply is assembled from per-node parts.

@@ -108,7 +108,7 @@ pub fn kill(parts: &[sidecache_pool::Result<Bytes>], out: &mut BytesMut) {
     } else if let Some(e) = frames().next() {
         out.put_slice(e);
     } else if let Some(Err(e)) = parts.first() {
-        crate::connection::upstream_error(out, e);
+        e.write_reply(out);
     } else {
         out.put_slice(b"-ERR no upstream master to send the command to\r\n");
     }

@@ -8,25 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sidecache_resp::frame::Value;
 
+pub use super::flags::Flags;
 use super::handling::{self, Handling, Invalidation};
-
-/// Command flags the proxy cares about.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Flags {
-    /// May modify data.
-    pub write: bool,
-    /// Never modifies data.
-    pub readonly: bool,
-    /// May block the connection.
-    pub blocking: bool,
-    /// Key positions depend on the arguments.
-    pub movablekeys: bool,
-    /// Pub/sub command.
-    pub pubsub: bool,
-    /// Not shown to MONITOR (`admin`; `skip_monitor` marks the scripts,
-    /// which Redis shows before they run rather than after).
-    pub no_monitor: bool,
-}
 
 /// Where a key search begins.
 #[derive(Debug, Clone, PartialEq, Eq)]

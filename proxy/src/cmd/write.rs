@@ -8,7 +8,6 @@
 
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
-
 use sidecache_resp::int::parse_i64;
 
 /// The expiry a write sets.

@@ -298,7 +298,7 @@ impl Client {
                             Ok(f) => f,
                             Err(e) => {
                                 let mut b = BytesMut::new();
-                                super::flush::upstream_error(&mut b, &e);
+                                e.write_reply(&mut b);
                                 b.freeze()
                             }
                         }
@@ -312,7 +312,7 @@ impl Client {
     }
 
     fn blocking_error(&mut self, e: &sidecache_pool::Error) {
-        super::flush::upstream_error(&mut self.wbuf, e);
+        e.write_reply(&mut self.wbuf);
     }
 }
 

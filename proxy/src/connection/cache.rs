@@ -17,12 +17,12 @@ use bytes::{Bytes, BytesMut};
 use sidecache_l1::Lookup;
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
+use sidecache_resp::request::Request;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::flight::Role;
-use sidecache_resp::request::Request;
 
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.

@@ -12,13 +12,13 @@ use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::Proto;
+use sidecache_resp::encode::Reply;
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::{self, Value};
 
 use super::{Client, Fetch, MgetItem, Pending, SCAN_SHARD_BITS};
 use crate::cmd::merge::{self, PartReply};
 use crate::flight::{self, Fetched};
-use sidecache_resp::encode::Reply;
 
 impl Client {
     /// Sends the batch's upstream work, waits for it, and writes every
@@ -227,7 +227,7 @@ impl Client {
                     Ok(f) => self.wbuf.put_slice(&f),
                     Err(e) => {
                         errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
+                        e.write_reply(&mut self.wbuf);
                     }
                 },
                 Pending::Merge { kind, parts, nkeys } => {
@@ -251,7 +251,7 @@ impl Client {
                     match failed {
                         Some(e) => {
                             errors += 1;
-                            upstream_error(&mut self.wbuf, &e);
+                            e.write_reply(&mut self.wbuf);
                         }
                         None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
                     }
@@ -260,14 +260,14 @@ impl Client {
                     Ok(f) => self.adjust_receivers(&f, &r.adjust),
                     Err(e) => {
                         errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
+                        e.write_reply(&mut self.wbuf);
                     }
                 },
                 Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
                     Ok(f) => self.wbuf.put_slice(&f),
                     Err(e) => {
                         errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
+                        e.write_reply(&mut self.wbuf);
                     }
                 },
                 Pending::Kill(cmd) => {
@@ -287,7 +287,7 @@ impl Client {
                     Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
                     Err(e) => {
                         errors += 1;
-                        upstream_error(&mut self.wbuf, &e);
+                        e.write_reply(&mut self.wbuf);
                     }
                 },
                 Pending::Info { upstream, proxy } => {
@@ -304,7 +304,7 @@ impl Client {
                         None => Ok(None),
                     };
                     match body {
-                        Err(e) => upstream_error(&mut self.wbuf, &e),
+                        Err(e) => e.write_reply(&mut self.wbuf),
                         Ok(body) => {
                             let mut text =
                                 crate::info::render(&self.shared, &self.topo, proxy).into_bytes();
@@ -390,7 +390,7 @@ impl Client {
             )
         };
         let result = match got {
-            Err(e) => Fetched::Error(error_frame(&e)),
+            Err(e) => Fetched::Error(e.reply()),
             Ok(frame) if frame::error_text(&frame).is_some() && self.topo.is_cluster() => {
                 self.shared.metrics.note_redirect(&frame);
                 // A redirect (or another error): follow it for the GET alone
@@ -404,7 +404,7 @@ impl Client {
                     .await
                 {
                     Ok(frame) => fetched(&frame),
-                    Err(e) => Fetched::Error(error_frame(&e)),
+                    Err(e) => Fetched::Error(e.reply()),
                 }
             }
             Ok(frame) => {
@@ -524,20 +524,6 @@ fn write_fetched(out: &mut BytesMut, proto: Proto, r: Option<&Fetched>) {
         Some(Fetched::Error(e)) => out.put_slice(e),
         None => out.put_slice(b"-ERR upstream fetch was abandoned\r\n"),
     }
-}
-
-fn error_frame(e: &sidecache_pool::Error) -> Bytes {
-    let mut b = BytesMut::new();
-    upstream_error(&mut b, e);
-    b.freeze()
-}
-
-/// Writes an upstream failure as a Redis error reply.
-pub(crate) fn upstream_error(out: &mut BytesMut, e: &sidecache_pool::Error) {
-    let text = e.to_string().replace(['\r', '\n'], " ");
-    out.put_slice(b"-ERR ");
-    out.put_slice(text.as_bytes());
-    out.put_slice(b"\r\n");
 }
 
 /// Rewrites a SCAN reply's cursor to encode the master index.

@@ -5,11 +5,11 @@
 use bytes::BytesMut;
 use sidecache_pool::Slot;
 use sidecache_resp::encode::{self, put_header};
+use sidecache_resp::request::Request;
 
 use super::{Client, Flow, Inval, Part, Pending, SCAN_SHARD_BITS};
 use crate::cmd::handling::Merge;
 use crate::cmd::local;
-use sidecache_resp::request::Request;
 
 impl Client {
     /// A blocking command: its node (its keys' slot, which all must share

@@ -20,12 +20,12 @@ use sidecache_pool::redirect;
 use sidecache_pool::{Proto, Slot};
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::Value;
+use sidecache_resp::request::Request;
 use tokio::sync::mpsc;
 
 use super::{Client, Pending};
 use crate::cmd::local;
 use crate::pubsub::{Delivery, Kind, Outbox};
-use sidecache_resp::request::Request;
 
 /// A client's subscriptions and its outbox.
 pub(super) struct Subs {

@@ -35,12 +35,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::session::SessionConn;
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
+use sidecache_resp::request::Request;
 
 use super::{Client, Flow, Inval, Pending};
 
 mod run;
 use crate::cmd::local::{self, Local, Outcome};
-use sidecache_resp::request::Request;
 
 /// The reply Redis gives EXEC after a queue-time error.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -440,7 +440,7 @@ impl Client {
 
     fn tx_upstream_error(&mut self, e: &sidecache_pool::Error) {
         let mut b = BytesMut::new();
-        super::flush::upstream_error(&mut b, e);
+        e.write_reply(&mut b);
         let start = self.scratch.len();
         self.scratch.put_slice(&b);
         self.pending.push(Pending::Local(start..self.scratch.len()));

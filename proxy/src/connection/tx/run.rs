@@ -11,11 +11,11 @@ use sidecache_pool::redirect::{self, Action};
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::frame;
+use sidecache_resp::request::Request;
 
 use super::{End, Held, TxBlock, TxPending, EXECABORT};
 use crate::cmd::local::{self, Local};
 use crate::connection::{Client, Pending};
-use sidecache_resp::request::Request;
 
 impl Client {
     /// EXEC or DISCARD closes the block: on a shared connection when
@@ -302,7 +302,7 @@ impl Client {
                 // its +OK, and the transaction goes on here until its EXEC
                 // aborts, as after any queue-time error.
                 let mut err = BytesMut::new();
-                crate::connection::flush::upstream_error(&mut err, &e);
+                e.write_reply(&mut err);
                 let mut first = !opened;
                 for o in &order {
                     match o {
@@ -346,7 +346,7 @@ impl Client {
             ),
             Err(e) => {
                 let mut b = BytesMut::new();
-                crate::connection::flush::upstream_error(&mut b, &e);
+                e.write_reply(&mut b);
                 (vec![b.freeze(); n_up], false)
             }
         };

@@ -1,0 +1,20 @@
+//! The command flags the proxy reads from upstream's `COMMAND` reply: a
+//! leaf shared by the table and the handling rules.
+
+/// Command flags the proxy cares about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// May modify data.
+    pub write: bool,
+    /// Never modifies data.
+    pub readonly: bool,
+    /// May block the connection.
+    pub blocking: bool,
+    /// Key positions depend on the arguments.
+    pub movablekeys: bool,
+    /// Pub/sub command.
+    pub pubsub: bool,
+    /// Not shown to MONITOR (`admin`; `skip_monitor` marks the scripts,
+    /// which Redis shows before they run rather than after).
+    pub no_monitor: bool,
+}
