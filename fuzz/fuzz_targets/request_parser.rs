@@ -13,8 +13,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use sidecache_resp::request::{split_args, Limits, Parser, ProtocolError, Request, INLINE_MAX};
 use sidecache_fuzz::{chunks, same_modulo_terminators};
+use sidecache_resp::request::{split_args, Limits, Parser, ProtocolError, Request, INLINE_MAX};
 
 #[derive(Debug, PartialEq)]
 struct Outcome {
