@@ -185,7 +185,7 @@ pub struct UpstreamConfig {
     /// Write-behind batching and queue bounds.
     pub write: crate::write_behind::WriteConfig,
     /// How the L1 stays coherent with other writers.
-    pub coherence: crate::tracking::Coherence,
+    pub coherence: crate::coherence::tracking::Coherence,
     /// TCP keepalive idle time of upstream sockets (`None`: off).
     pub tcp_keepalive: Option<Duration>,
 }
@@ -203,7 +203,7 @@ impl Default for UpstreamConfig {
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,
             write: crate::write_behind::WriteConfig::default(),
-            coherence: crate::tracking::Coherence::default(),
+            coherence: crate::coherence::tracking::Coherence::default(),
             tcp_keepalive: Some(Duration::from_secs(300)),
         }
     }

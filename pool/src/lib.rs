@@ -6,46 +6,46 @@
 //! them), so replies pass through to clients without re-encoding.
 //!
 //! # Layout
-//! - [`config`]: typed configuration (`UpstreamConfig`, seeds, sessions).
-//! - [`slot`]: CRC16 hash slots with `{hash tags}`.
-//! - [`conn`]: opening one connection (TCP/TLS, HELLO/AUTH/SELECT).
-//! - [`mux`]: a multiplexed, pipelined connection with a reconnecting supervisor.
-//! - [`health`]: a node's health as its replies show it (BUSY, LOADING,
-//!   MASTERDOWN, overdue replies), its prober and control connection.
-//! - [`node`]: a node's connections per (database, protocol).
-//! - [`topology`]: the slot → node map, replaced whole on refresh.
-//! - [`redirect`]: the pure MOVED/ASK/TRYAGAIN decision.
-//! - [`upstream`]: the router tying it together; its `slotmap` part reads,
-//!   installs and refreshes the cluster's slot map and keeps the masters
-//!   that left it while their queued writes are re-routed.
-//! - [`session`]: connections held by one client (WATCH, a MULTI spanning
-//!   requests), from a bounded pool.
+//! - [`config`]: typed configuration (`UpstreamConfig`, seeds, sessions,
+//!   write-behind and coherence settings) and its defaults.
+//! - [`error`]: what can fail upstream, and how a failure reaches a client.
+//! - [`cluster`]: hash slots ([`cluster::slot`]), the slot → node map
+//!   ([`cluster::topology`], replaced whole on refresh), and the pure
+//!   MOVED/ASK/TRYAGAIN decision ([`cluster::redirect`]).
+//! - [`conn`]: opening one connection ([`conn::connect`]: TCP/TLS,
+//!   HELLO/AUTH/SELECT); the multiplexed, pipelined connection with its
+//!   reconnecting supervisor ([`conn::mux`]); a node's health as its
+//!   replies show it, its prober and control connection ([`conn::health`]);
+//!   a node's connections per (database, protocol) ([`conn::node`]); and
+//!   connections held by one client (WATCH, a MULTI spanning requests),
+//!   from a bounded pool ([`conn::session`]).
+//! - [`coherence`]: the invalidation channels of Redis client tracking
+//!   ([`coherence::tracking`]: the no-stale-read argument lives there) and
+//!   the peer pub/sub fallback ([`coherence::peer`]).
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
 //!   flushed in pipelined batches, in order, with retries and a drain; its
-//!   `batcher` part sends them.
+//!   `batcher` part sends them, its `tracked` part wraps them for optin
+//!   tracking.
+//! - [`upstream`]: the router tying it together; its `slotmap` part reads,
+//!   installs and refreshes the cluster's slot map and keeps the masters
+//!   that left it while their queued writes are re-routed (where a failover
+//!   re-routes queued writes).
 //!
 //! Connections are multiplexed rather than checked out of a pool: an
 //! exclusive checkout per command would cap concurrency at the pool size and
 //! cost a round trip per command, where a shared pipelined connection lets
 //! many clients' commands travel in one write.
 
+pub mod cluster;
+pub mod coherence;
 pub mod config;
 pub mod conn;
 pub mod error;
-pub mod health;
-pub mod mux;
-pub mod node;
-pub mod peer;
-pub mod redirect;
-pub mod session;
-pub mod slot;
-pub mod topology;
-pub mod tracking;
 pub mod upstream;
 pub mod write_behind;
 
+pub use cluster::slot::Slot;
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 pub use error::{Error, Result};
-pub use slot::Slot;
 pub use upstream::{ServerInfo, Target, Upstream};
 pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteConfig, WriteListener};

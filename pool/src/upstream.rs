@@ -13,18 +13,20 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::cluster::redirect::{self, Action};
+use crate::cluster::slot::Slot;
+use crate::cluster::topology::Topology;
+use crate::coherence::peer::Peer;
+use crate::coherence::tracking::{
+    Coherence, CoherenceListener, CoherenceMode, CoherenceStats, Hub,
+};
 use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
-use crate::conn::{expect_ok, Connector};
+use crate::conn::connect::{expect_ok, Connector};
+use crate::conn::health::HealthStats;
+use crate::conn::mux::MuxConn;
+use crate::conn::mux::Replies;
+use crate::conn::node::Node;
 use crate::error::{Error, Result};
-use crate::health::HealthStats;
-use crate::mux::MuxConn;
-use crate::mux::Replies;
-use crate::node::Node;
-use crate::peer::Peer;
-use crate::redirect::{self, Action};
-use crate::slot::Slot;
-use crate::topology::Topology;
-use crate::tracking::{Coherence, CoherenceListener, CoherenceMode, CoherenceStats, Hub};
 use crate::write_behind::{Write, WriteBehind, WriteQueue};
 
 /// Facts about the upstream read at start-up.
@@ -80,7 +82,7 @@ struct Inner {
     /// Shared by every node's health.
     health: Arc<HealthStats>,
     /// Connections held by one client (WATCH, MULTI across requests).
-    sessions: Arc<crate::session::SessionPool>,
+    sessions: Arc<crate::conn::session::SessionPool>,
 }
 
 /// What following the cluster through failovers took.
@@ -185,14 +187,14 @@ impl Upstream {
             .unwrap_or(7);
         let tracking_mode = match &cfg.coherence {
             Coherence::Tracking {
-                mode: crate::tracking::TrackingMode::Optin,
+                mode: crate::coherence::tracking::TrackingMode::Optin,
                 ..
             } if major < 7 => {
                 warn!(version = %info.version, "--tracking optin needs Redis 7 or later; using bcast");
-                crate::tracking::TrackingMode::Bcast
+                crate::coherence::tracking::TrackingMode::Bcast
             }
             Coherence::Tracking { mode, .. } => *mode,
-            Coherence::Off => crate::tracking::TrackingMode::Bcast,
+            Coherence::Off => crate::coherence::tracking::TrackingMode::Bcast,
         };
         let coherence = match &cfg.coherence {
             Coherence::Off => CoherenceMode::Off,
@@ -201,7 +203,7 @@ impl Upstream {
                 peer_channel,
                 ..
             } => {
-                let args = crate::tracking::probe_args(tracking_mode, prefixes);
+                let args = crate::coherence::tracking::probe_args(tracking_mode, prefixes);
                 match probe_tracking(&connector, &seed_addr, &args).await? {
                     CoherenceMode::Unsupported if peer_channel.is_some() => CoherenceMode::Peer,
                     m => m,
@@ -219,8 +221,11 @@ impl Upstream {
                 },
                 CoherenceMode::Peer,
             ) => {
-                let hub = Arc::new(Hub::new(crate::tracking::TrackingMode::Bcast, &[]));
-                let gate = Arc::new(crate::tracking::Channel::for_all(
+                let hub = Arc::new(Hub::new(
+                    crate::coherence::tracking::TrackingMode::Bcast,
+                    &[],
+                ));
+                let gate = Arc::new(crate::coherence::tracking::Channel::for_all(
                     seed_addr.clone(),
                     Arc::clone(&hub),
                 ));
@@ -240,14 +245,14 @@ impl Upstream {
             hub,
             peer,
             coherence,
-            slot_last: (0..crate::slot::SLOT_COUNT)
+            slot_last: (0..crate::cluster::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
             retired: Mutex::new(Vec::new()),
             has_retired: std::sync::atomic::AtomicBool::new(false),
             failover: FailoverStats::default(),
             health: Arc::default(),
-            sessions: Arc::new(crate::session::SessionPool::new(
+            sessions: Arc::new(crate::conn::session::SessionPool::new(
                 Arc::clone(&connector),
                 cfg.max_session_connections,
             )),
@@ -266,7 +271,7 @@ impl Upstream {
             up.inner.topo.store(Arc::new(Topology::standalone(node)));
         }
         if let Some(p) = &up.inner.peer {
-            tokio::spawn(crate::peer::subscribe(up.clone(), Arc::clone(p)));
+            tokio::spawn(crate::coherence::peer::subscribe(up.clone(), Arc::clone(p)));
         }
         up.await_channels(up.inner.cfg.connect_timeout).await;
         Ok(up)
@@ -295,8 +300,8 @@ impl Upstream {
         let Some(peer) = &self.inner.peer else { return };
         let msg = match keys {
             Some([]) => return,
-            Some(k) => crate::peer::Message::Keys(k.to_vec()),
-            None => crate::peer::Message::Flush,
+            Some(k) => crate::coherence::peer::Message::Keys(k.to_vec()),
+            None => crate::coherence::peer::Message::Flush,
         };
         let topo = self.topology();
         let Some(conn) = topo
@@ -339,13 +344,13 @@ impl Upstream {
 
     /// The kind of client tracking in force (`None`: no per-master
     /// tracking channels).
-    pub fn tracking_mode(&self) -> Option<crate::tracking::TrackingMode> {
+    pub fn tracking_mode(&self) -> Option<crate::coherence::tracking::TrackingMode> {
         self.tracking_hub().map(|h| h.mode)
     }
 
     /// Whether optin tracking is in force.
     pub(crate) fn optin_tracking(&self) -> bool {
-        self.tracking_mode() == Some(crate::tracking::TrackingMode::Optin)
+        self.tracking_mode() == Some(crate::coherence::tracking::TrackingMode::Optin)
     }
 
     /// How the L1 is kept coherent with other writers.
@@ -418,7 +423,7 @@ impl Upstream {
         }
     }
 
-    /// Counters shared by every node's health (see [`crate::health`]).
+    /// Counters shared by every node's health (see [`crate::conn::health`]).
     pub(crate) fn health_stats(&self) -> &HealthStats {
         &self.inner.health
     }
@@ -439,7 +444,7 @@ impl Upstream {
     /// Optin tracking: the connection that fills the L1 with values of
     /// `node`'s database `db`: the invalidation channel's own connection,
     /// which also carries the write-behind batches of that database (see
-    /// [`crate::tracking`]). `None` without an optin channel, or for
+    /// [`crate::coherence::tracking`]). `None` without an optin channel, or for
     /// another database than the one clients start in (not cached).
     pub fn fill_conn(&self, node: &Node, db: u16) -> Option<MuxConn> {
         node.optin()?;
@@ -474,7 +479,7 @@ impl Upstream {
     }
 
     /// The pool of held session connections.
-    pub fn sessions(&self) -> &Arc<crate::session::SessionPool> {
+    pub fn sessions(&self) -> &Arc<crate::conn::session::SessionPool> {
         &self.inner.sessions
     }
 
@@ -606,7 +611,7 @@ impl Upstream {
         let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(nodes.entry(addr.clone()).or_insert_with(|| {
             Arc::new(Node::new(
-                Arc::new(crate::health::Health::new(
+                Arc::new(crate::conn::health::Health::new(
                     addr.clone(),
                     Arc::clone(&self.inner.connector),
                     Arc::clone(&self.inner.health),

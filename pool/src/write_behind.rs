@@ -47,10 +47,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
+use crate::cluster::slot::Slot;
 use crate::config::{NodeAddr, Proto, Session};
+use crate::conn::mux::MuxConn;
 use crate::error::{Error, Result};
-use crate::mux::MuxConn;
-use crate::slot::Slot;
 use crate::upstream::Upstream;
 
 mod batcher;

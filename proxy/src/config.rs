@@ -281,11 +281,11 @@ impl Config {
             tls_ca_file: o.tls_ca_file,
             coherence: match o.tracking.unwrap_or(TrackingArg::Bcast) {
                 mode @ (TrackingArg::Optin | TrackingArg::Bcast) => {
-                    sidecache_pool::tracking::Coherence::Tracking {
+                    sidecache_pool::coherence::tracking::Coherence::Tracking {
                         mode: if mode == TrackingArg::Bcast {
-                            sidecache_pool::tracking::TrackingMode::Bcast
+                            sidecache_pool::coherence::tracking::TrackingMode::Bcast
                         } else {
-                            sidecache_pool::tracking::TrackingMode::Optin
+                            sidecache_pool::coherence::tracking::TrackingMode::Optin
                         },
                         prefixes: o
                             .l1_include_prefix
@@ -302,14 +302,14 @@ impl Config {
                             }
                             Some(name) => Some(name.as_bytes().to_vec()),
                             None => Some(
-                                sidecache_pool::tracking::DEFAULT_PEER_CHANNEL
+                                sidecache_pool::coherence::tracking::DEFAULT_PEER_CHANNEL
                                     .as_bytes()
                                     .to_vec(),
                             ),
                         },
                     }
                 }
-                TrackingArg::Off => sidecache_pool::tracking::Coherence::Off,
+                TrackingArg::Off => sidecache_pool::coherence::tracking::Coherence::Off,
             },
             ..UpstreamConfig::default()
         };
@@ -487,8 +487,8 @@ impl Config {
             self.upstream.write.queue_max_bytes,
             self.upstream.write.queue_timeout,
             match &self.upstream.coherence {
-                sidecache_pool::tracking::Coherence::Off => "tracking off".to_owned(),
-                sidecache_pool::tracking::Coherence::Tracking {
+                sidecache_pool::coherence::tracking::Coherence::Off => "tracking off".to_owned(),
+                sidecache_pool::coherence::tracking::Coherence::Tracking {
                     mode, peer_channel, ..
                 } => format!(
                     "tracking {} (peer fallback channel: {})",

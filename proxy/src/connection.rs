@@ -31,8 +31,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::topology::Topology;
-use sidecache_pool::{mux::Replies, Proto, Session, Slot};
+use sidecache_pool::cluster::topology::Topology;
+use sidecache_pool::conn::mux::Replies;
+use sidecache_pool::{Proto, Session, Slot};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -283,8 +284,8 @@ impl Client {
         });
         let topo = shared.upstream.topology();
         let shared_limit = shared.config.output_limit_normal as usize;
-        let optin =
-            shared.upstream.tracking_mode() == Some(sidecache_pool::tracking::TrackingMode::Optin);
+        let optin = shared.upstream.tracking_mode()
+            == Some(sidecache_pool::coherence::tracking::TrackingMode::Optin);
         Client {
             fills: Vec::new(),
             optin,
@@ -466,7 +467,7 @@ impl Client {
             }
             // PING is answered here only while every node is known
             // healthy (one atomic load); otherwise Redis's answer (BUSY,
-            // LOADING, …) is the client's. See `sidecache_pool::health`.
+            // LOADING, …) is the client's. See `sidecache_pool::conn::health`.
             if cmd == Local::Ping && args.len() <= 2 && !self.shared.upstream.all_healthy() {
                 let mut ping = BytesMut::new();
                 let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();

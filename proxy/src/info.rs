@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use sidecache_pool::topology::Topology;
+use sidecache_pool::cluster::topology::Topology;
 
 use crate::config::WriteMode;
 use crate::metrics::export::uncovered_slots;
@@ -88,7 +88,7 @@ fn coherence(s: &Shared) -> String {
     if let Some(m) = up.tracking_mode() {
         out.push_str(&format!("tracking_mode:{}\r\n", m.as_str()));
     }
-    if let (Some(st), Some(sidecache_pool::tracking::TrackingMode::Optin)) =
+    if let (Some(st), Some(sidecache_pool::coherence::tracking::TrackingMode::Optin)) =
         (up.coherence_stats(), up.tracking_mode())
     {
         out.push_str(&format!(

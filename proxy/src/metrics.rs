@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sidecache_pool::topology::Topology;
+use sidecache_pool::cluster::topology::Topology;
 
 use crate::cmd::local::name::Local;
 use crate::cmd::table::CommandTable;

@@ -148,7 +148,7 @@ pub async fn run(
                 };
                 let _ = stream.set_nodelay(true);
                 if let Some(idle) = shared.config.tcp_keepalive {
-                    let _ = sidecache_pool::conn::set_keepalive(&stream, idle);
+                    let _ = sidecache_pool::conn::connect::set_keepalive(&stream, idle);
                 }
                 let laddr = stream
                     .local_addr()

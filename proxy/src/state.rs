@@ -137,8 +137,9 @@ pub struct Shared {
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     /// Clients blocked now: their node and the upstream id of the held
     /// connection their command blocks on (for CLIENT UNBLOCK).
-    pub blocked:
-        Mutex<std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::node::Node>, i64)>>,
+    pub blocked: Mutex<
+        std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::conn::node::Node>, i64)>,
+    >,
 }
 
 impl Shared {
@@ -263,7 +264,7 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
 #[derive(Debug)]
 pub struct FollowInvalidations(pub std::sync::Weak<Shared>);
 
-impl sidecache_pool::tracking::CoherenceListener for FollowInvalidations {
+impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidations {
     fn invalidate(&self, keys: &[Bytes]) {
         let Some(shared) = self.0.upgrade() else {
             return;
@@ -287,7 +288,7 @@ impl sidecache_pool::tracking::CoherenceListener for FollowInvalidations {
             // topology changed.
             return;
         };
-        let owned: Vec<bool> = (0..sidecache_pool::slot::SLOT_COUNT)
+        let owned: Vec<bool> = (0..sidecache_pool::cluster::slot::SLOT_COUNT)
             .map(|s| {
                 sidecache_pool::Slot::new(s)
                     .and_then(|s| topo.node_index(s).ok())

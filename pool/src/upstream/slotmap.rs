@@ -11,13 +11,13 @@ use tracing::{info, warn};
 
 use super::{Inner, Upstream};
 
+use crate::cluster::redirect;
+use crate::cluster::slot::Slot;
+use crate::cluster::topology::{self, Topology};
 use crate::config::{NodeAddr, Session};
-use crate::conn::expect_ok;
+use crate::conn::connect::expect_ok;
+use crate::conn::node::Node;
 use crate::error::{Error, Result};
-use crate::node::Node;
-use crate::redirect;
-use crate::slot::Slot;
-use crate::topology::{self, Topology};
 
 impl Upstream {
     /// When the slot's previous write-behind write was queued on another

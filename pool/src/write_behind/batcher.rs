@@ -15,10 +15,10 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
 use super::{tracked, Queued, Write};
+use crate::cluster::redirect::{self, Action};
 use crate::config::{NodeAddr, Proto, Session};
+use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::error::Result;
-use crate::mux::{MuxConn, Replies, GATHER_TURNS};
-use crate::redirect::{self, Action};
 use crate::upstream::{Target, Upstream};
 
 pub(super) struct Batcher {

@@ -19,11 +19,11 @@
 //!
 //! Any other connection's write to one of these keys after the `EXEC` is
 //! then invalidated. Our own writes are too, since no `NOLOOP` is used
-//! (see [`crate::tracking`]): on the channel's own connection, Redis sends
+//! (see [`crate::coherence::tracking`]): on the channel's own connection, Redis sends
 //! the invalidations of a command's own writes right after its reply,
 //! before anything else; the leading `EXISTS` makes them exactly one per
 //! distinct key written, in the order first written, and the connection
-//! skips them ([`crate::mux::MuxConn::submit_own`]). On another database's
+//! skips them ([`crate::conn::mux::MuxConn::submit_own`]). On another database's
 //! fill connection they arrive on the channel like any other: the value
 //! leaves the L1 (a lost hit, never a stale one).
 //!
@@ -38,7 +38,7 @@ use sidecache_resp::frame;
 
 use super::Queued;
 
-use crate::mux::{OwnTx, Replies};
+use crate::conn::mux::{OwnTx, Replies};
 
 /// What a retried write of an aborted transaction is answered meanwhile:
 /// retryable, so [`super::batcher`] sends it again on its own.
@@ -288,7 +288,7 @@ mod tests {
         Queued {
             write: super::super::Write {
                 db: 0,
-                slot: slot.and_then(crate::slot::Slot::new),
+                slot: slot.and_then(crate::cluster::slot::Slot::new),
                 cmd: enc(args),
             },
             at: std::time::Instant::now(),

@@ -57,7 +57,7 @@ fn errors_name_the_option() {
 
 #[test]
 fn tracking_modes() {
-    use sidecache_pool::tracking::{Coherence, TrackingMode};
+    use sidecache_pool::coherence::tracking::{Coherence, TrackingMode};
     let mode = |args: &[&str]| {
         let mut all = vec!["--upstream", "redis://h"];
         all.extend_from_slice(args);

@@ -24,7 +24,7 @@
 //! control round trip.
 
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::redirect::{self, Action};
+use sidecache_pool::cluster::redirect::{self, Action};
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::frame;

@@ -164,7 +164,7 @@ impl Client {
     /// A ticket to fill `key` from `node`, or `None` while that node's
     /// invalidation channel is down (the read goes upstream, uncached).
     /// The epoch is read before the channel is checked: see
-    /// `sidecache_pool::tracking` for why that order keeps stale values out.
+    /// `sidecache_pool::coherence::tracking` for why that order keeps stale values out.
     fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
         if !self.cached_db(db) {
             return None;

@@ -495,7 +495,7 @@ async fn within<F: std::future::Future>(
     }
 }
 
-fn timed_out(node: &sidecache_pool::node::Node) -> sidecache_pool::Error {
+fn timed_out(node: &sidecache_pool::conn::node::Node) -> sidecache_pool::Error {
     sidecache_pool::Error::Timeout {
         addr: node.addr().to_string(),
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sidecache_pool::redirect;
+use sidecache_pool::cluster::redirect;
 use sidecache_pool::{Proto, Slot};
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::Value;

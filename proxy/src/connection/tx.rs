@@ -32,7 +32,7 @@
 //! error, and the EXEC then aborts (`-EXECABORT`) without running anything.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::session::SessionConn;
+use sidecache_pool::conn::session::SessionConn;
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::request::Request;
@@ -424,7 +424,7 @@ impl Client {
     /// the map) have landed, bounded by `--write-queue-timeout`.
     pub(super) async fn wait_writes(
         &mut self,
-        node: &sidecache_pool::node::Node,
+        node: &sidecache_pool::conn::node::Node,
     ) -> Result<(), sidecache_pool::Error> {
         let limit = self.shared.upstream.write_behind().config().queue_timeout;
         let retired = self.shared.upstream.retired_barriers();

@@ -103,7 +103,7 @@ impl Client {
         let now = self.cache_written(&plan, args, now_ms);
         // A node whose invalidation channel is down: its keys are not
         // cached. Checked after the insert, as a fill checks after reading
-        // its epoch (see `sidecache_pool::tracking`).
+        // its epoch (see `sidecache_pool::coherence::tracking`).
         if !groups
             .iter()
             .all(|g| self.topo.nodes().get(g.0).is_some_and(|n| n.coherent()))

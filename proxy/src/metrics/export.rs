@@ -14,8 +14,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder as _, Registry, TextEncoder};
-use sidecache_pool::topology::Topology;
-use sidecache_pool::{slot::SLOT_COUNT, Slot};
+use sidecache_pool::cluster::slot::SLOT_COUNT;
+use sidecache_pool::cluster::topology::Topology;
+use sidecache_pool::Slot;
 
 use super::{Path, LATENCY_BOUNDS_NS};
 use crate::state::Shared;
@@ -653,14 +654,20 @@ fn collect_shared(s: &Shared, o: &mut Out) {
     for (name, m) in [
         (
             "tracking",
-            sidecache_pool::tracking::CoherenceMode::Tracking,
+            sidecache_pool::coherence::tracking::CoherenceMode::Tracking,
         ),
-        ("peer", sidecache_pool::tracking::CoherenceMode::Peer),
+        (
+            "peer",
+            sidecache_pool::coherence::tracking::CoherenceMode::Peer,
+        ),
         (
             "ttl-only",
-            sidecache_pool::tracking::CoherenceMode::Unsupported,
+            sidecache_pool::coherence::tracking::CoherenceMode::Unsupported,
         ),
-        ("off", sidecache_pool::tracking::CoherenceMode::Off),
+        (
+            "off",
+            sidecache_pool::coherence::tracking::CoherenceMode::Off,
+        ),
     ] {
         o.gauge(
             "sidecache_coherence_mode",

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::redirect::{self, Action};
+use sidecache_pool::cluster::redirect::{self, Action};
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::frame;

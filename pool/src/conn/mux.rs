@@ -50,11 +50,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{NodeAddr, Session};
-use crate::conn::{Connector, ReadHalf, WriteHalf};
+use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
+use crate::conn::health::{Health, SUSPECT_AFTER};
 use crate::error::{Error, Result};
-use crate::health::{Health, SUSPECT_AFTER};
-use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 
 mod own;
 pub(crate) use own::OwnTx;

@@ -3,11 +3,11 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::coherence::tracking::{Channel, Hub};
 use crate::config::{NodeAddr, Proto, Session};
-use crate::conn::Connector;
-use crate::health::Health;
-use crate::mux::MuxConn;
-use crate::tracking::{Channel, Hub};
+use crate::conn::connect::Connector;
+use crate::conn::health::Health;
+use crate::conn::mux::MuxConn;
 use crate::write_behind::WriteQueue;
 
 /// An upstream node (a master).
@@ -111,7 +111,7 @@ impl Node {
     pub(crate) fn optin(&self) -> Option<&Arc<Channel>> {
         self.channel
             .as_ref()
-            .filter(|c| c.mode() == crate::tracking::TrackingMode::Optin)
+            .filter(|c| c.mode() == crate::coherence::tracking::TrackingMode::Optin)
     }
 
     /// A connection of its own for `session` (a write-behind batcher's):

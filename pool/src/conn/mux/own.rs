@@ -39,7 +39,7 @@ impl Expected {
     /// consumed); otherwise nothing more is expected.
     pub(super) fn skips(&mut self, frame: &Bytes) -> bool {
         match self.keys.get(self.at) {
-            Some(k) if crate::tracking::invalidates_only(frame, k) => {
+            Some(k) if crate::coherence::tracking::invalidates_only(frame, k) => {
                 self.at += 1;
                 true
             }

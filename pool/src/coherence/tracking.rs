@@ -51,7 +51,7 @@
 //! an `EXISTS` again (registered again, atomically), `EXEC`. Redis then
 //! sends exactly one invalidation per distinct key written, right after
 //! the `EXEC` reply and before anything else on the connection; the
-//! connection skips those, in order ([`crate::mux::MuxConn::submit_own`]),
+//! connection skips those, in order ([`crate::conn::mux::MuxConn::submit_own`]),
 //! and stops skipping at the first that does not match or at the next
 //! reply. A batch Redis would not run as a transaction (aborted, refused)
 //! is retried write by write and its keys leave the L1 once they landed.

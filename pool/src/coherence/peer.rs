@@ -9,7 +9,7 @@
 //! sidecache are bounded by the L1 TTL cap alone.
 //!
 //! The publication is sent after the write was applied, so the argument of
-//! [`crate::tracking`] holds unchanged: a fill that read the old value began
+//! [`crate::coherence::tracking`] holds unchanged: a fill that read the old value began
 //! before the message was received, and is discarded or removed by it.
 //! The subscription is one connection (classic pub/sub reaches every node
 //! of a cluster); while it is down, fills are not cached and the whole L1
@@ -28,8 +28,8 @@ use sidecache_resp::frame::{self, Scanner, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::warn;
 
+use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{Proto, Session};
-use crate::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::upstream::Upstream;
 
 /// What a peer message says.
@@ -185,8 +185,8 @@ pub(crate) async fn subscribe(up: Upstream, peer: Arc<Peer>) {
 async fn run(
     up: &Upstream,
     peer: &Peer,
-    mut rd: crate::conn::ReadHalf,
-    mut wr: crate::conn::WriteHalf,
+    mut rd: crate::conn::connect::ReadHalf,
+    mut wr: crate::conn::connect::WriteHalf,
 ) -> String {
     let mut out = BytesMut::new();
     encode::encode_command(&mut out, &[b"SUBSCRIBE".as_slice(), &peer.name]);

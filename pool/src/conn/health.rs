@@ -54,9 +54,9 @@ use sidecache_resp::frame;
 use tracing::{info, warn};
 
 use crate::config::{NodeAddr, Session};
-use crate::conn::Connector;
+use crate::conn::connect::Connector;
+use crate::conn::mux::MuxConn;
 use crate::error::{Error, Result};
-use crate::mux::MuxConn;
 use crate::upstream::Upstream;
 
 /// A request unanswered this long makes its node suspect.
@@ -93,7 +93,7 @@ pub struct Health {
     /// Opened on first use; never carries client session state.
     control: OnceLock<MuxConn>,
     /// Standalone: a `-READONLY` reply means the endpoint moved, and the
-    /// connection that saw it reconnects (see [`crate::mux`]).
+    /// connection that saw it reconnects (see [`crate::conn::mux`]).
     readonly_reconnects: bool,
 }
 

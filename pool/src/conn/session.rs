@@ -27,9 +27,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{NodeAddr, Session};
-use crate::conn::{Connector, ReadHalf, WriteHalf};
+use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
+use crate::conn::mux::Replies;
 use crate::error::{Error, Result};
-use crate::mux::Replies;
 
 /// Idle held connections kept per (node, session); more are closed.
 const IDLE_PER_KEY: usize = 8;
