@@ -7,6 +7,29 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// The default `--pool-size`: multiplexed connections per node.
+pub const DEFAULT_POOL_SIZE: usize = 2;
+/// The default `--connect-timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The default `--upstream-timeout`.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default `--max-session-connections`.
+pub const DEFAULT_MAX_SESSION_CONNECTIONS: usize = 64;
+/// The default `--refresh-interval`.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// The default `--tcp-keepalive` (Redis's `tcp-keepalive` default).
+pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(300);
+/// The default `--write-batch`: most writes in one upstream pipeline.
+pub const DEFAULT_WRITE_BATCH: usize = 200;
+/// The default `--write-pipeline`: batches in flight per queue.
+pub const DEFAULT_WRITE_PIPELINE: usize = 1;
+/// The default `--write-queue-max`.
+pub const DEFAULT_WRITE_QUEUE_MAX: usize = 100_000;
+/// The default `--write-queue-max-bytes`.
+pub const DEFAULT_WRITE_QUEUE_MAX_BYTES: usize = 64 << 20;
+/// The default `--write-queue-timeout`.
+pub const DEFAULT_WRITE_QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How the upstream is deployed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -160,6 +183,112 @@ impl Seed {
     }
 }
 
+/// Write-behind settings.
+#[derive(Debug, Clone)]
+pub struct WriteConfig {
+    /// Most commands in one upstream pipeline.
+    pub batch: usize,
+    /// Most batches sent and not yet answered, per queue (1: one at a time).
+    pub pipeline: usize,
+    /// Longest a write waits for its batch to fill (0: send at once).
+    pub flush_interval: Duration,
+    /// Most writes queued (not yet flushed) in total.
+    pub queue_max: usize,
+    /// Most bytes of queued writes in total (their encoded commands plus
+    /// `QUEUED_OVERHEAD` (in `write_behind.rs`) each).
+    pub queue_max_bytes: usize,
+    /// How long a write waits for queue space before it is refused.
+    pub queue_timeout: Duration,
+}
+
+impl WriteConfig {
+    /// Upper bounds of the batch-size buckets below a full batch: 1, 10,
+    /// 50 and `batch - 1`, those below `batch` and each above the one
+    /// before. Sizes above the last bound are full batches (`batch`).
+    pub fn batch_size_bounds(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::with_capacity(4);
+        for b in [1, 10, 50, self.batch.saturating_sub(1)] {
+            if b >= 1 && b < self.batch && out.last().map_or(true, |&l| b > l) {
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    /// The bucket of a batch of `n` writes: the first bound `n` is within,
+    /// else the full-batch bucket (index `batch_size_bounds().len()`).
+    pub fn batch_size_bucket(&self, n: usize) -> usize {
+        let bounds = self.batch_size_bounds();
+        bounds.iter().position(|&b| n <= b).unwrap_or(bounds.len())
+    }
+}
+
+impl Default for WriteConfig {
+    fn default() -> Self {
+        WriteConfig {
+            batch: DEFAULT_WRITE_BATCH,
+            pipeline: DEFAULT_WRITE_PIPELINE,
+            flush_interval: Duration::ZERO,
+            queue_max: DEFAULT_WRITE_QUEUE_MAX,
+            queue_max_bytes: DEFAULT_WRITE_QUEUE_MAX_BYTES,
+            queue_timeout: DEFAULT_WRITE_QUEUE_TIMEOUT,
+        }
+    }
+}
+
+/// The default `--peer-invalidation-channel`.
+pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
+
+/// Which kind of Redis client tracking follows other writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrackingMode {
+    /// Default-mode tracking, `OPTIN`: Redis remembers the keys this
+    /// sidecache read with `CLIENT CACHING YES` and tells it (through
+    /// `REDIRECT` to the channel) only about those (`--tracking optin`).
+    Optin,
+    /// `BCAST NOLOOP`: Redis tells every channel about every written key
+    /// (`--tracking bcast`, the default).
+    #[default]
+    Bcast,
+}
+
+impl TrackingMode {
+    /// The name shown in INFO and the flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrackingMode::Optin => "optin",
+            TrackingMode::Bcast => "bcast",
+        }
+    }
+}
+
+/// How the L1 stays coherent with writes made by other clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coherence {
+    /// Redis client tracking on every master (`--tracking optin|bcast`).
+    Tracking {
+        /// Default-mode (`OPTIN` + `REDIRECT`) or broadcast tracking.
+        mode: TrackingMode,
+        /// Only keys with these prefixes are tracked (empty: all keys).
+        prefixes: Vec<Vec<u8>>,
+        /// When the upstream refuses tracking: the pub/sub channel on which
+        /// sidecache instances publish their writes (`None`: TTL cap only).
+        peer_channel: Option<Vec<u8>>,
+    },
+    /// No invalidation channel; the L1 TTL cap bounds staleness.
+    Off,
+}
+
+impl Default for Coherence {
+    fn default() -> Self {
+        Coherence::Tracking {
+            mode: TrackingMode::default(),
+            prefixes: Vec::new(),
+            peer_channel: Some(DEFAULT_PEER_CHANNEL.as_bytes().to_vec()),
+        }
+    }
+}
+
 /// Everything the pool needs to reach upstream.
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
@@ -183,9 +312,9 @@ pub struct UpstreamConfig {
     /// Largest reply bulk accepted from upstream.
     pub max_reply_bulk: usize,
     /// Write-behind batching and queue bounds.
-    pub write: crate::write_behind::WriteConfig,
+    pub write: WriteConfig,
     /// How the L1 stays coherent with other writers.
-    pub coherence: crate::coherence::tracking::Coherence,
+    pub coherence: Coherence,
     /// TCP keepalive idle time of upstream sockets (`None`: off).
     pub tcp_keepalive: Option<Duration>,
 }
@@ -195,16 +324,16 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             seeds: Vec::new(),
             mode: Mode::Auto,
-            pool_size: 2,
-            connect_timeout: Duration::from_secs(3),
-            command_timeout: Some(Duration::from_secs(10)),
-            max_session_connections: 64,
-            refresh_interval: Duration::from_secs(30),
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: Some(DEFAULT_COMMAND_TIMEOUT),
+            max_session_connections: DEFAULT_MAX_SESSION_CONNECTIONS,
+            refresh_interval: DEFAULT_REFRESH_INTERVAL,
             tls_ca_file: None,
             max_reply_bulk: 1 << 30,
-            write: crate::write_behind::WriteConfig::default(),
-            coherence: crate::coherence::tracking::Coherence::default(),
-            tcp_keepalive: Some(Duration::from_secs(300)),
+            write: WriteConfig::default(),
+            coherence: Coherence::default(),
+            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
         }
     }
 }
@@ -233,6 +362,24 @@ mod tests {
         assert_eq!(s.addr.to_string(), "[::1]:7001");
         assert!(Seed::parse("http://x").is_err());
         assert!(Seed::parse("redis://h/abc").is_err());
+    }
+
+    #[test]
+    fn batch_size_buckets_follow_the_batch() {
+        let w = |batch| WriteConfig {
+            batch,
+            ..WriteConfig::default()
+        };
+        assert_eq!(w(200).batch_size_bounds(), [1, 10, 50, 199]);
+        assert_eq!(w(200).batch_size_bucket(1), 0);
+        assert_eq!(w(200).batch_size_bucket(51), 3);
+        assert_eq!(w(200).batch_size_bucket(200), 4);
+        assert_eq!(w(20).batch_size_bounds(), [1, 10, 19]);
+        assert_eq!(w(20).batch_size_bucket(20), 3);
+        assert_eq!(w(11).batch_size_bounds(), [1, 10]);
+        assert_eq!(w(2).batch_size_bounds(), [1]);
+        assert!(w(1).batch_size_bounds().is_empty());
+        assert_eq!(w(1).batch_size_bucket(1), 0);
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub mod upstream;
 pub mod write_behind;
 
 pub use cluster::slot::Slot;
+pub use config::WriteConfig;
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 pub use error::{Error, Result};
 pub use upstream::{ServerInfo, Target, Upstream};
-pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteConfig, WriteListener};
+pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteListener};

@@ -17,10 +17,8 @@ use crate::cluster::redirect::{self, Action};
 use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::coherence::peer::Peer;
-use crate::coherence::tracking::{
-    Coherence, CoherenceListener, CoherenceMode, CoherenceStats, Hub,
-};
-use crate::config::{Mode, NodeAddr, Session, UpstreamConfig};
+use crate::coherence::tracking::{CoherenceListener, CoherenceMode, CoherenceStats, Hub};
+use crate::config::{Coherence, Mode, NodeAddr, Session, UpstreamConfig};
 use crate::conn::connect::{expect_ok, Connector};
 use crate::conn::health::HealthStats;
 use crate::conn::mux::MuxConn;
@@ -187,14 +185,14 @@ impl Upstream {
             .unwrap_or(7);
         let tracking_mode = match &cfg.coherence {
             Coherence::Tracking {
-                mode: crate::coherence::tracking::TrackingMode::Optin,
+                mode: crate::config::TrackingMode::Optin,
                 ..
             } if major < 7 => {
                 warn!(version = %info.version, "--tracking optin needs Redis 7 or later; using bcast");
-                crate::coherence::tracking::TrackingMode::Bcast
+                crate::config::TrackingMode::Bcast
             }
             Coherence::Tracking { mode, .. } => *mode,
-            Coherence::Off => crate::coherence::tracking::TrackingMode::Bcast,
+            Coherence::Off => crate::config::TrackingMode::Bcast,
         };
         let coherence = match &cfg.coherence {
             Coherence::Off => CoherenceMode::Off,
@@ -221,10 +219,7 @@ impl Upstream {
                 },
                 CoherenceMode::Peer,
             ) => {
-                let hub = Arc::new(Hub::new(
-                    crate::coherence::tracking::TrackingMode::Bcast,
-                    &[],
-                ));
+                let hub = Arc::new(Hub::new(crate::config::TrackingMode::Bcast, &[]));
                 let gate = Arc::new(crate::coherence::tracking::Channel::for_all(
                     seed_addr.clone(),
                     Arc::clone(&hub),
@@ -344,13 +339,13 @@ impl Upstream {
 
     /// The kind of client tracking in force (`None`: no per-master
     /// tracking channels).
-    pub fn tracking_mode(&self) -> Option<crate::coherence::tracking::TrackingMode> {
+    pub fn tracking_mode(&self) -> Option<crate::config::TrackingMode> {
         self.tracking_hub().map(|h| h.mode)
     }
 
     /// Whether optin tracking is in force.
     pub(crate) fn optin_tracking(&self) -> bool {
-        self.tracking_mode() == Some(crate::coherence::tracking::TrackingMode::Optin)
+        self.tracking_mode() == Some(crate::config::TrackingMode::Optin)
     }
 
     /// How the L1 is kept coherent with other writers.

@@ -48,7 +48,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
 use crate::cluster::slot::Slot;
-use crate::config::{NodeAddr, Proto, Session};
+
+use crate::config::{NodeAddr, Proto, Session, WriteConfig};
 use crate::conn::mux::MuxConn;
 use crate::error::{Error, Result};
 use crate::upstream::Upstream;
@@ -57,37 +58,6 @@ mod batcher;
 mod tracked;
 use batcher::Batcher;
 use sidecache_resp::frame;
-
-/// Write-behind settings.
-#[derive(Debug, Clone)]
-pub struct WriteConfig {
-    /// Most commands in one upstream pipeline.
-    pub batch: usize,
-    /// Most batches sent and not yet answered, per queue (1: one at a time).
-    pub pipeline: usize,
-    /// Longest a write waits for its batch to fill (0: send at once).
-    pub flush_interval: Duration,
-    /// Most writes queued (not yet flushed) in total.
-    pub queue_max: usize,
-    /// Most bytes of queued writes in total (their encoded commands plus
-    /// [`QUEUED_OVERHEAD`] each).
-    pub queue_max_bytes: usize,
-    /// How long a write waits for queue space before it is refused.
-    pub queue_timeout: Duration,
-}
-
-impl Default for WriteConfig {
-    fn default() -> Self {
-        WriteConfig {
-            batch: 200,
-            pipeline: 1,
-            flush_interval: Duration::ZERO,
-            queue_max: 100_000,
-            queue_max_bytes: 64 << 20,
-            queue_timeout: Duration::from_secs(5),
-        }
-    }
-}
 
 /// One acknowledged write.
 #[derive(Debug, Clone)]
@@ -153,7 +123,9 @@ pub struct WriteStats {
     pub failed: AtomicU64,
     /// Batches sent.
     pub batches: AtomicU64,
-    /// Batch sizes: 1, 2–10, 11–50, 51–199, 200+.
+    /// Batch sizes, by the buckets of [`WriteConfig::batch_size_bounds`]
+    /// then full batches (with the default 200: 1, 2–10, 11–50, 51–199,
+    /// 200).
     pub batch_sizes: [AtomicU64; 5],
     /// Re-sends after connection loss or retryable errors.
     pub retries: AtomicU64,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::Deserialize;
 use sidecache_l1::L1Config;
+use sidecache_pool::config as pool;
 use sidecache_pool::{Mode, Seed, UpstreamConfig};
 
 mod options;
@@ -27,8 +28,6 @@ pub const DEFAULT_MAX_MULTIBULK_LEN: u64 = 4 * 1024 * 1024;
 pub const DEFAULT_CLIENT_QUERY_BUFFER_LIMIT: u64 = 1024 * 1024 * 1024;
 /// Default maximum simultaneous clients (Redis's default).
 pub const DEFAULT_MAXCLIENTS: usize = 10_000;
-/// Default multiplexed upstream connections per node.
-pub const DEFAULT_POOL_SIZE: usize = 2;
 
 /// Upstream deployment mode, as given on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -214,19 +213,19 @@ impl Config {
                     .filter(|d| !d.is_zero())
                     .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
             };
-        let pool_size = o.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
+        let pool_size = o.pool_size.unwrap_or(pool::DEFAULT_POOL_SIZE);
         if pool_size == 0 || pool_size > 64 {
             return Err(err("--pool-size", "must be between 1 and 64"));
         }
-        let write_batch = o.write_batch.unwrap_or(200);
+        let write_batch = o.write_batch.unwrap_or(pool::DEFAULT_WRITE_BATCH);
         if write_batch == 0 || write_batch > 100_000 {
             return Err(err("--write-batch", "must be between 1 and 100000"));
         }
-        let write_pipeline = o.write_pipeline.unwrap_or(1);
+        let write_pipeline = o.write_pipeline.unwrap_or(pool::DEFAULT_WRITE_PIPELINE);
         if write_pipeline == 0 || write_pipeline > 64 {
             return Err(err("--write-pipeline", "must be between 1 and 64"));
         }
-        let write_queue_max = o.write_queue_max.unwrap_or(100_000);
+        let write_queue_max = o.write_queue_max.unwrap_or(pool::DEFAULT_WRITE_QUEUE_MAX);
         if write_queue_max == 0 || write_queue_max > 100_000_000 {
             return Err(err("--write-queue-max", "must be between 1 and 100000000"));
         }
@@ -238,7 +237,7 @@ impl Config {
         let write_queue_max_bytes = size(
             "--write-queue-max-bytes",
             o.write_queue_max_bytes.as_deref(),
-            64 << 20,
+            pool::DEFAULT_WRITE_QUEUE_MAX_BYTES as u64,
         )?;
         if !(1024..=1 << 40).contains(&write_queue_max_bytes) {
             return Err(err(
@@ -252,7 +251,11 @@ impl Config {
             flush_interval: write_flush_interval,
             queue_max: write_queue_max,
             queue_max_bytes: usize::try_from(write_queue_max_bytes).unwrap_or(usize::MAX),
-            queue_timeout: secs("--write-queue-timeout", o.write_queue_timeout, 5.0)?,
+            queue_timeout: secs(
+                "--write-queue-timeout",
+                o.write_queue_timeout,
+                pool::DEFAULT_WRITE_QUEUE_TIMEOUT.as_secs_f64(),
+            )?,
         };
         let upstream = UpstreamConfig {
             write,
@@ -263,8 +266,15 @@ impl Config {
                 ModeArg::Cluster => Mode::Cluster,
             },
             pool_size,
-            connect_timeout: secs("--connect-timeout", o.connect_timeout, 3.0)?,
-            max_session_connections: match o.max_session_connections.unwrap_or(64) {
+            connect_timeout: secs(
+                "--connect-timeout",
+                o.connect_timeout,
+                pool::DEFAULT_CONNECT_TIMEOUT.as_secs_f64(),
+            )?,
+            max_session_connections: match o
+                .max_session_connections
+                .unwrap_or(pool::DEFAULT_MAX_SESSION_CONNECTIONS)
+            {
                 n @ 1..=100_000 => n,
                 _ => {
                     return Err(err(
@@ -275,17 +285,25 @@ impl Config {
             },
             command_timeout: match o.upstream_timeout {
                 Some(0.0) => None,
-                v => Some(secs("--upstream-timeout", v, 10.0)?),
+                v => Some(secs(
+                    "--upstream-timeout",
+                    v,
+                    pool::DEFAULT_COMMAND_TIMEOUT.as_secs_f64(),
+                )?),
             },
-            refresh_interval: secs("--refresh-interval", o.refresh_interval, 30.0)?,
+            refresh_interval: secs(
+                "--refresh-interval",
+                o.refresh_interval,
+                pool::DEFAULT_REFRESH_INTERVAL.as_secs_f64(),
+            )?,
             tls_ca_file: o.tls_ca_file,
             coherence: match o.tracking.unwrap_or(TrackingArg::Bcast) {
                 mode @ (TrackingArg::Optin | TrackingArg::Bcast) => {
-                    sidecache_pool::coherence::tracking::Coherence::Tracking {
+                    sidecache_pool::config::Coherence::Tracking {
                         mode: if mode == TrackingArg::Bcast {
-                            sidecache_pool::coherence::tracking::TrackingMode::Bcast
+                            sidecache_pool::config::TrackingMode::Bcast
                         } else {
-                            sidecache_pool::coherence::tracking::TrackingMode::Optin
+                            sidecache_pool::config::TrackingMode::Optin
                         },
                         prefixes: o
                             .l1_include_prefix
@@ -302,14 +320,14 @@ impl Config {
                             }
                             Some(name) => Some(name.as_bytes().to_vec()),
                             None => Some(
-                                sidecache_pool::coherence::tracking::DEFAULT_PEER_CHANNEL
+                                sidecache_pool::config::DEFAULT_PEER_CHANNEL
                                     .as_bytes()
                                     .to_vec(),
                             ),
                         },
                     }
                 }
-                TrackingArg::Off => sidecache_pool::coherence::tracking::Coherence::Off,
+                TrackingArg::Off => sidecache_pool::config::Coherence::Off,
             },
             ..UpstreamConfig::default()
         };
@@ -405,7 +423,10 @@ impl Config {
                 ),
             ));
         }
-        let tcp_keepalive = match o.tcp_keepalive.unwrap_or(300) {
+        let tcp_keepalive = match o
+            .tcp_keepalive
+            .unwrap_or(pool::DEFAULT_TCP_KEEPALIVE.as_secs())
+        {
             0 => None,
             s => Some(Duration::from_secs(s)),
         };
@@ -487,8 +508,8 @@ impl Config {
             self.upstream.write.queue_max_bytes,
             self.upstream.write.queue_timeout,
             match &self.upstream.coherence {
-                sidecache_pool::coherence::tracking::Coherence::Off => "tracking off".to_owned(),
-                sidecache_pool::coherence::tracking::Coherence::Tracking {
+                sidecache_pool::config::Coherence::Off => "tracking off".to_owned(),
+                sidecache_pool::config::Coherence::Tracking {
                     mode, peer_channel, ..
                 } => format!(
                     "tracking {} (peer fallback channel: {})",

@@ -284,8 +284,8 @@ impl Client {
         });
         let topo = shared.upstream.topology();
         let shared_limit = shared.config.output_limit_normal as usize;
-        let optin = shared.upstream.tracking_mode()
-            == Some(sidecache_pool::coherence::tracking::TrackingMode::Optin);
+        let optin =
+            shared.upstream.tracking_mode() == Some(sidecache_pool::config::TrackingMode::Optin);
         Client {
             fills: Vec::new(),
             optin,

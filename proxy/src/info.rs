@@ -88,7 +88,7 @@ fn coherence(s: &Shared) -> String {
     if let Some(m) = up.tracking_mode() {
         out.push_str(&format!("tracking_mode:{}\r\n", m.as_str()));
     }
-    if let (Some(st), Some(sidecache_pool::coherence::tracking::TrackingMode::Optin)) =
+    if let (Some(st), Some(sidecache_pool::config::TrackingMode::Optin)) =
         (up.coherence_stats(), up.tracking_mode())
     {
         out.push_str(&format!(
@@ -207,9 +207,9 @@ fn write_behind(s: &Shared) -> String {
     let wb = s.upstream.write_behind();
     let st = &wb.stats;
     let flushed = load(&st.flushed);
-    let sizes: Vec<String> = st.batch_sizes.iter().map(|b| load(b).to_string()).collect();
+    let sizes = batch_sizes(wb.config(), &st.batch_sizes);
     format!(
-        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_queue_bytes:{}\r\nwrite_queue_max_bytes:{}\r\nwrite_batch_max:{}\r\nwrite_pipeline:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_backpressure_waits:{}\r\nwrites_rerouted:{}\r\nslotmap_refreshes:{}\r\nfailovers_followed:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:1={},2-10={},11-50={},51-199={},200+={}\r\nwrite_retries:{}\r\nwrite_batches_ahead:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
+        "# Write-behind\r\nwrite_mode:{}\r\nwrite_queue_depth:{}\r\nwrite_queue_max:{}\r\nwrite_queue_bytes:{}\r\nwrite_queue_max_bytes:{}\r\nwrite_batch_max:{}\r\nwrite_pipeline:{}\r\nwrites_queued:{}\r\nwrites_flushed:{}\r\nwrites_failed:{}\r\nwrites_refused:{}\r\nwrite_backpressure_waits:{}\r\nwrites_rerouted:{}\r\nslotmap_refreshes:{}\r\nfailovers_followed:{}\r\nwrite_batches:{}\r\nwrite_batch_sizes:{}\r\nwrite_retries:{}\r\nwrite_batches_ahead:{}\r\nwrite_flush_latency_avg_us:{}\r\nwrite_flush_latency_max_us:{}\r\n",
         match s.config.write_mode {
             WriteMode::WriteBehind => "write-behind",
             WriteMode::WriteThrough => "write-through",
@@ -229,16 +229,32 @@ fn write_behind(s: &Shared) -> String {
         load(&s.upstream.failover_stats().refreshes),
         load(&s.upstream.failover_stats().masters_replaced),
         load(&st.batches),
-        sizes[0],
-        sizes[1],
-        sizes[2],
-        sizes[3],
-        sizes[4],
+        sizes,
         load(&st.retries),
         load(&st.ahead),
         load(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
         load(&st.latency_us_max),
     )
+}
+
+/// `1=…,2-10=…,11-50=…,51-199=…,200+=…` for the buckets of the configured
+/// batch size (these are the default's).
+fn batch_sizes(cfg: &sidecache_pool::WriteConfig, counts: &[AtomicU64]) -> String {
+    let bounds = cfg.batch_size_bounds();
+    let mut out = String::new();
+    let mut low = 1;
+    for (i, &b) in bounds.iter().enumerate() {
+        let name = if b == low {
+            b.to_string()
+        } else {
+            format!("{low}-{b}")
+        };
+        out.push_str(&format!("{name}={},", counts.get(i).map_or(0, load)));
+        low = b + 1;
+    }
+    let full = counts.get(bounds.len()).map_or(0, load);
+    out.push_str(&format!("{}+={full}", cfg.batch));
+    out
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@
 //! kept: closing it could let the writes it carries run after their
 //! retries on a new one), and the next answered ping brings it back.
 //!
-//! - **bcast**: `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`. Redis pushes
+//! - **bcast** (the default): `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`. Redis pushes
 //!   every key any *other* connection modifies; `NOLOOP` keeps the proxy's
 //!   own flushes from evicting what it just wrote. Cost on Redis: every
 //!   write, cached anywhere or not, is recorded and sent to every channel.
-//! - **optin** (default): `CLIENT TRACKING ON OPTIN`, default mode. Redis
+//! - **optin** (`--tracking optin`; the default stays bcast, see the README): `CLIENT TRACKING ON OPTIN`, default mode. Redis
 //!   remembers the keys this connection reads after `CLIENT CACHING YES`
 //!   (its tracking table, bounded by `tracking-table-max-keys`), sends one
 //!   invalidation per key when another client changes it, then forgets the
@@ -51,7 +51,7 @@
 //! an `EXISTS` again (registered again, atomically), `EXEC`. Redis then
 //! sends exactly one invalidation per distinct key written, right after
 //! the `EXEC` reply and before anything else on the connection; the
-//! connection skips those, in order ([`crate::conn::mux::MuxConn::submit_own`]),
+//! connection skips those, in order (`MuxConn::submit_own` in `conn/mux.rs`),
 //! and stops skipping at the first that does not match or at the next
 //! reply. A batch Redis would not run as a transaction (aborted, refused)
 //! is retried write by write and its keys leave the L1 once they landed.
@@ -125,65 +125,12 @@ use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Value};
 use tracing::{info, warn};
 
-use crate::config::NodeAddr;
+use crate::config::{NodeAddr, TrackingMode};
 
 /// How often an idle tracking channel is pinged.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A ping unanswered this long breaks the channel.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// The default `--peer-invalidation-channel`.
-pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
-
-/// Which kind of Redis client tracking follows other writers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TrackingMode {
-    /// Default-mode tracking, `OPTIN`: Redis remembers the keys this
-    /// sidecache read with `CLIENT CACHING YES` and tells it (through
-    /// `REDIRECT` to the channel) only about those (`--tracking optin`).
-    #[default]
-    Optin,
-    /// `BCAST NOLOOP`: Redis tells every channel about every written key
-    /// (`--tracking bcast`).
-    Bcast,
-}
-
-impl TrackingMode {
-    /// The name shown in INFO and the flag.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrackingMode::Optin => "optin",
-            TrackingMode::Bcast => "bcast",
-        }
-    }
-}
-
-/// How the L1 stays coherent with writes made by other clients.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Coherence {
-    /// Redis client tracking on every master (`--tracking optin|bcast`).
-    Tracking {
-        /// Default-mode (`OPTIN` + `REDIRECT`) or broadcast tracking.
-        mode: TrackingMode,
-        /// Only keys with these prefixes are tracked (empty: all keys).
-        prefixes: Vec<Vec<u8>>,
-        /// When the upstream refuses tracking: the pub/sub channel on which
-        /// sidecache instances publish their writes (`None`: TTL cap only).
-        peer_channel: Option<Vec<u8>>,
-    },
-    /// No invalidation channel; the L1 TTL cap bounds staleness.
-    Off,
-}
-
-impl Default for Coherence {
-    fn default() -> Self {
-        Coherence::Tracking {
-            mode: TrackingMode::default(),
-            prefixes: Vec::new(),
-            peer_channel: Some(DEFAULT_PEER_CHANNEL.as_bytes().to_vec()),
-        }
-    }
-}
 
 /// The mode in force, as INFO and the metrics report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -111,7 +111,7 @@ impl Node {
     pub(crate) fn optin(&self) -> Option<&Arc<Channel>> {
         self.channel
             .as_ref()
-            .filter(|c| c.mode() == crate::coherence::tracking::TrackingMode::Optin)
+            .filter(|c| c.mode() == crate::config::TrackingMode::Optin)
     }
 
     /// A connection of its own for `session` (a write-behind batcher's):

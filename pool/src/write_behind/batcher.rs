@@ -199,13 +199,7 @@ impl Batcher {
         let wb = self.up.write_behind();
         let n = batch.len();
         wb.stats.batches.fetch_add(1, Ordering::Relaxed);
-        let bucket = match n {
-            1 => 0,
-            2..=10 => 1,
-            11..=50 => 2,
-            51..=199 => 3,
-            _ => 4,
-        };
+        let bucket = wb.config().batch_size_bucket(n);
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
         let serves = self.up.serves(&self.addr);
         let mut wrapped = None;

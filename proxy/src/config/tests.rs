@@ -12,7 +12,7 @@ fn defaults() {
     let c = Config::from_options(opts(&["--upstream", "redis://127.0.0.1:6379"])).expect("valid");
     assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
     assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
-    assert_eq!(c.upstream.pool_size, DEFAULT_POOL_SIZE);
+    assert_eq!(c.upstream.pool_size, 2);
     assert_eq!(c.upstream.write.pipeline, 1);
     assert!(c.unix_socket.is_none());
 }
@@ -57,7 +57,7 @@ fn errors_name_the_option() {
 
 #[test]
 fn tracking_modes() {
-    use sidecache_pool::coherence::tracking::{Coherence, TrackingMode};
+    use sidecache_pool::config::{Coherence, TrackingMode};
     let mode = |args: &[&str]| {
         let mut all = vec!["--upstream", "redis://h"];
         all.extend_from_slice(args);

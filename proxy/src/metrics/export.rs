@@ -600,10 +600,16 @@ fn collect_shared(s: &Shared, o: &mut Out) {
     o.counter("sidecache_writes_refused_total", &[], l(&ws.refused));
     o.counter("sidecache_write_retries_total", &[], l(&ws.retries));
     o.counter("sidecache_write_batches_ahead_total", &[], l(&ws.ahead));
-    // The pool's buckets: 1, 2–10, 11–50, 51–199, 200+.
+    // The pool's buckets (with the default batch of 200: 1, 2–10, 11–50,
+    // 51–199, then full batches).
     let mut acc = 0;
-    let sizes: Vec<(f64, u64)> = [1.0, 10.0, 50.0, 199.0]
+    let sizes: Vec<(f64, u64)> = s
+        .upstream
+        .write_behind()
+        .config()
+        .batch_size_bounds()
         .into_iter()
+        .map(|b| b as f64)
         .zip(&ws.batch_sizes)
         .map(|(le, n)| {
             acc += l(n);
