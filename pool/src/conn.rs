@@ -4,6 +4,7 @@
 //! holds to itself (transactions, WATCH).
 
 pub mod connect;
+pub mod control;
 pub mod health;
 pub mod mux;
 pub mod node;

@@ -15,7 +15,8 @@
 //! - [`conn`]: opening one connection ([`conn::connect`]: TCP/TLS,
 //!   HELLO/AUTH/SELECT); the multiplexed, pipelined connection with its
 //!   reconnecting supervisor ([`conn::mux`]); a node's health as its
-//!   replies show it, its prober and control connection ([`conn::health`]);
+//!   replies show it ([`conn::health`]) and its control connection and
+//!   prober ([`conn::control`]);
 //!   a node's connections per (database, protocol) ([`conn::node`]); and
 //!   connections held by one client (WATCH, a MULTI spanning requests),
 //!   from a bounded pool ([`conn::session`]).

@@ -49,6 +49,7 @@ pub enum Target {
     Any,
 }
 
+mod health;
 mod slotmap;
 
 struct Inner {

@@ -1,9 +1,11 @@
 //! The health of one upstream node as its replies show it: answering
 //! normally, *suspect* (a request has waited unusually long for its
 //! reply), or in *trouble* (its latest reply was `-BUSY`, `-LOADING` or
-//! `-MASTERDOWN`); and the node's control connection, which carries what
+//! `-MASTERDOWN`). The node's control connection, which carries what
 //! must not queue behind a blocked shared connection (PING while in
-//! doubt, SCRIPT KILL, FUNCTION KILL).
+//! doubt, SCRIPT KILL, FUNCTION KILL), and the prober that runs on it live
+//! in [`crate::conn::control`]; what the health means for the whole
+//! upstream (PING answered locally, `/readyz`) in `upstream/health.rs`.
 //!
 //! ```text
 //!   every reply on the node's connections ──observe──▶ state ◀──suspect── writer watchdog
@@ -49,15 +51,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use sidecache_resp::frame;
 use tracing::{info, warn};
 
-use crate::config::{NodeAddr, Session};
+use crate::config::NodeAddr;
 use crate::conn::connect::Connector;
-use crate::conn::mux::MuxConn;
-use crate::error::{Error, Result};
-use crate::upstream::Upstream;
 
 /// A request unanswered this long makes its node suspect.
 pub const SUSPECT_AFTER: Duration = Duration::from_millis(80);
@@ -81,7 +79,6 @@ pub struct HealthStats {
 }
 
 /// A node's health; shared by its connections.
-#[derive(Debug)]
 pub struct Health {
     addr: NodeAddr,
     connector: Arc<Connector>,
@@ -90,8 +87,8 @@ pub struct Health {
     reason: Mutex<String>,
     stats: Arc<HealthStats>,
     probing: AtomicBool,
-    /// Opened on first use; never carries client session state.
-    control: OnceLock<MuxConn>,
+    /// Starts the prober (installed by the node's control connection).
+    prober: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Standalone: a `-READONLY` reply means the endpoint moved, and the
     /// connection that saw it reconnects (see [`crate::conn::mux`]).
     readonly_reconnects: bool,
@@ -129,7 +126,7 @@ impl Health {
             reason: Mutex::new(String::new()),
             stats,
             probing: AtomicBool::new(false),
-            control: OnceLock::new(),
+            prober: OnceLock::new(),
             readonly_reconnects,
         }
     }
@@ -224,41 +221,36 @@ impl Health {
             return;
         }
         // No runtime (a unit test): nobody to probe for.
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             self.probing.store(false, Ordering::Release);
             return;
-        };
-        rt.spawn(probe(Arc::clone(self)));
+        }
+        match self.prober.get() {
+            Some(start) => start(),
+            None => self.probing.store(false, Ordering::Release),
+        }
     }
 
-    /// The node's control connection, opened on first use.
-    fn control(&self) -> &MuxConn {
-        self.control.get_or_init(|| {
-            MuxConn::spawn(
-                Arc::clone(&self.connector),
-                self.addr.clone(),
-                Session::default(),
-            )
-        })
+    /// Installs what starts the prober when the node stops being healthy
+    /// (the node's [`crate::conn::control::Control`] does, once).
+    pub(crate) fn set_prober(&self, start: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.prober.set(start);
     }
 
-    /// Runs one command on the control connection and takes note of its
-    /// reply; waits at most the connect timeout (a node that answers
-    /// nothing, e.g. in `DEBUG SLEEP`, gets no more).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] without a reply in time; connection errors.
-    pub async fn control_call(self: &Arc<Self>, cmd: Bytes) -> Result<Bytes> {
-        let wait = self.connector.connect_timeout();
-        let call = self.control().call(cmd, 1);
-        let mut r = tokio::time::timeout(wait, call)
-            .await
-            .map_err(|_| Error::Timeout {
-                addr: self.addr.to_string(),
-            })??;
-        let frame = r.pop().ok_or(Error::Closed)?;
-        self.observe(&frame);
-        Ok(frame)
+    /// The prober's end: whether it must go on (the node became unhealthy
+    /// again after its last check, and no other prober took over).
+    pub(crate) fn probe_ended(&self) -> bool {
+        self.probing.store(false, Ordering::Release);
+        !self.is_healthy() && !self.probing.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("addr", &self.addr)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
     }
 }
 
@@ -267,90 +259,6 @@ impl Drop for Health {
         // A node forgotten (cluster resharding) while not healthy.
         if self.state.load(Ordering::Acquire) != HEALTHY {
             self.stats.unhealthy.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-impl Upstream {
-    /// Whether every node is known healthy: the proxy may answer PING
-    /// itself. One relaxed atomic load (the PING fast path).
-    #[inline]
-    pub fn all_healthy(&self) -> bool {
-        self.health_stats().unhealthy.load(Ordering::Relaxed) == 0
-    }
-
-    /// Connections re-opened because their node answered `-READONLY`.
-    pub fn readonly_reconnects(&self) -> u64 {
-        self.health_stats()
-            .readonly_reconnects
-            .load(Ordering::Relaxed)
-    }
-
-    /// `upstream ADDR busy: BUSY …` for the first master in trouble.
-    pub fn trouble(&self) -> Option<String> {
-        self.topology().nodes().iter().find_map(|n| {
-            let t = n.health().trouble()?;
-            Some(format!("upstream {} {t}", n.addr()))
-        })
-    }
-
-    /// Sends an encoded PING to the first master not known healthy (the
-    /// first master if they all are again) on its control connection:
-    /// what Redis answers (`-BUSY …`, `+PONG`) is what the client gets.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] when no reply came within the connect timeout;
-    /// connection errors.
-    pub async fn ping_upstream(&self, cmd: Bytes) -> Result<Bytes> {
-        let topo = self.topology();
-        let nodes = topo.nodes();
-        let node = nodes
-            .iter()
-            .find(|n| !n.health().is_healthy())
-            .or(nodes.first())
-            .ok_or(Error::SlotUnassigned(0))?;
-        node.health().control_call(cmd).await
-    }
-
-    /// Sends SCRIPT KILL / FUNCTION KILL (encoded) to every master on its
-    /// control connection, concurrently; one result per master, in
-    /// topology order.
-    pub async fn kill(&self, cmd: Bytes) -> Vec<Result<Bytes>> {
-        let topo = self.topology();
-        let calls: Vec<_> = topo
-            .nodes()
-            .iter()
-            .map(|n| {
-                let h = Arc::clone(n.health());
-                let cmd = cmd.clone();
-                tokio::spawn(async move { h.control_call(cmd).await })
-            })
-            .collect();
-        let mut out = Vec::with_capacity(calls.len());
-        for c in calls {
-            out.push(c.await.unwrap_or(Err(Error::Closed)));
-        }
-        out
-    }
-}
-
-/// Pings the node until a reply says it is healthy.
-async fn probe(h: Arc<Health>) {
-    let ping = Bytes::from_static(b"*1\r\n$4\r\nPING\r\n");
-    loop {
-        while !h.is_healthy() {
-            if let Err(e) = h.control_call(ping.clone()).await {
-                tracing::debug!(node = %h.addr, error = %e, "health probe");
-            }
-            if h.is_healthy() {
-                break;
-            }
-            tokio::time::sleep(PROBE_EVERY).await;
-        }
-        h.probing.store(false, Ordering::Release);
-        // Became unhealthy again after the last check: go on probing.
-        if h.is_healthy() || h.probing.swap(true, Ordering::AcqRel) {
-            return;
         }
     }
 }

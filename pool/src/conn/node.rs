@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use crate::coherence::tracking::{Channel, Hub};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::connect::Connector;
+use crate::conn::control::Control;
 use crate::conn::health::Health;
 use crate::conn::mux::MuxConn;
 use crate::write_behind::WriteQueue;
@@ -32,6 +33,8 @@ pub struct Node {
     tracked_db: u16,
     /// What the node's replies say of it; shared by its connections.
     health: Arc<Health>,
+    /// The node's control connection (and its prober).
+    control: Arc<Control>,
 }
 
 impl Node {
@@ -76,6 +79,7 @@ impl Node {
             tracked_db,
             channel,
             tracker,
+            control: Control::new(Arc::clone(&health)),
             health,
         }
     }
@@ -83,6 +87,11 @@ impl Node {
     /// The node's health, as its replies show it.
     pub fn health(&self) -> &Arc<Health> {
         &self.health
+    }
+
+    /// The node's control connection.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
     }
 
     /// Whether values read from this node may be cached now: its

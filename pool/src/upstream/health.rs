@@ -1,0 +1,74 @@
+//! What the nodes' health means for the whole upstream: whether the proxy
+//! may answer PING itself, the trouble shown by `/readyz`, and the calls
+//! that travel on the control connections (see [`crate::conn::health`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::Upstream;
+use crate::error::{Error, Result};
+
+impl Upstream {
+    /// Whether every node is known healthy: the proxy may answer PING
+    /// itself. One relaxed atomic load (the PING fast path).
+    #[inline]
+    pub fn all_healthy(&self) -> bool {
+        self.health_stats().unhealthy.load(Ordering::Relaxed) == 0
+    }
+
+    /// Connections re-opened because their node answered `-READONLY`.
+    pub fn readonly_reconnects(&self) -> u64 {
+        self.health_stats()
+            .readonly_reconnects
+            .load(Ordering::Relaxed)
+    }
+
+    /// `upstream ADDR busy: BUSY …` for the first master in trouble.
+    pub fn trouble(&self) -> Option<String> {
+        self.topology().nodes().iter().find_map(|n| {
+            let t = n.health().trouble()?;
+            Some(format!("upstream {} {t}", n.addr()))
+        })
+    }
+
+    /// Sends an encoded PING to the first master not known healthy (the
+    /// first master if they all are again) on its control connection:
+    /// what Redis answers (`-BUSY …`, `+PONG`) is what the client gets.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no reply came within the connect timeout;
+    /// connection errors.
+    pub async fn ping_upstream(&self, cmd: Bytes) -> Result<Bytes> {
+        let topo = self.topology();
+        let nodes = topo.nodes();
+        let node = nodes
+            .iter()
+            .find(|n| !n.health().is_healthy())
+            .or(nodes.first())
+            .ok_or(Error::SlotUnassigned(0))?;
+        node.control().call(cmd).await
+    }
+
+    /// Sends SCRIPT KILL / FUNCTION KILL (encoded) to every master on its
+    /// control connection, concurrently; one result per master, in
+    /// topology order.
+    pub async fn kill(&self, cmd: Bytes) -> Vec<Result<Bytes>> {
+        let topo = self.topology();
+        let calls: Vec<_> = topo
+            .nodes()
+            .iter()
+            .map(|n| {
+                let c = Arc::clone(n.control());
+                let cmd = cmd.clone();
+                tokio::spawn(async move { c.call(cmd).await })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            out.push(c.await.unwrap_or(Err(Error::Closed)));
+        }
+        out
+    }
+}
