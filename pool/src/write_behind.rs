@@ -48,15 +48,11 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
 use crate::cluster::slot::Slot;
-
-use crate::config::{NodeAddr, Proto, Session, WriteConfig};
-use crate::conn::mux::MuxConn;
+use crate::config::WriteConfig;
 use crate::error::{Error, Result};
-use crate::upstream::Upstream;
 
-mod batcher;
+pub(crate) mod batcher;
 mod tracked;
-use batcher::Batcher;
 use sidecache_resp::frame;
 
 /// One acknowledged write.
@@ -328,7 +324,7 @@ impl WriteBehind {
 }
 
 /// A queued write. Its queue permit was forgotten when it was queued and
-/// is given back with its batch's ([`Batcher::settle_batch`]).
+/// is given back with its batch's (the batcher's `settle_batch`).
 struct Queued {
     write: Write,
     at: Instant,
@@ -407,65 +403,6 @@ impl WriteQueue {
         wb.bytes.fetch_add(charge as usize, Ordering::Relaxed);
         wb.stats.queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Starts the batcher of one (node, database).
-    /// `conn`: the connection to flush on (the node's tracking connection);
-    /// `None` for a dedicated one.
-    pub(crate) fn spawn(
-        up: Upstream,
-        addr: NodeAddr,
-        db: u16,
-        conn: Option<MuxConn>,
-    ) -> WriteQueue {
-        let wb = up.write_behind();
-        // Capacity: the permits bound the total, so a push never finds the
-        // channel full.
-        let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
-        let (flushed, _) = watch::channel(0u64);
-        let full = Arc::new(Notify::new());
-        // Optin, on the channel's own connection: the batches register
-        // what they write in the tracking table and expect the
-        // invalidations of their own writes (see `tracked`).
-        let tracked = up.optin_tracking() && conn.is_some();
-        let own = tracked;
-        let q = WriteQueue {
-            tx: Mutex::new(tx),
-            enqueued: AtomicU64::new(0),
-            flushed,
-            full: Arc::clone(&full),
-            ahead_at: (wb.cfg.pipeline > 1).then(|| wb.cfg.batch.max(1)),
-        };
-        let flushed_tx = q.flushed.clone();
-        wb.live.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            let conn = conn.unwrap_or_else(|| {
-                up.dedicated_conn(
-                    &addr,
-                    Session {
-                        db,
-                        proto: Proto::Resp2,
-                    },
-                )
-            });
-            let mut b = Batcher {
-                up,
-                addr,
-                conn,
-                tracked,
-                own,
-                db,
-                rx,
-                full,
-                flushed: flushed_tx,
-                done: 0,
-            };
-            b.run().await;
-            let wb = b.up.write_behind();
-            wb.live.fetch_sub(1, Ordering::Relaxed);
-            wb.idle.notify_waiters();
-        });
-        q
     }
 }
 

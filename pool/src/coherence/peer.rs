@@ -30,7 +30,7 @@ use tracing::warn;
 
 use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{Proto, Session};
-use crate::upstream::Upstream;
+use crate::dispatch::Dispatch;
 
 /// What a peer message says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub fn decode(p: &Bytes) -> Option<(u64, Message)> {
 }
 
 /// Keeps this instance subscribed, for the life of the process.
-pub(crate) async fn subscribe(up: Upstream, peer: Arc<Peer>) {
+pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
     let mut backoff = Duration::from_millis(20);
     loop {
         let topo = up.topology();
@@ -182,8 +182,8 @@ pub(crate) async fn subscribe(up: Upstream, peer: Arc<Peer>) {
 }
 
 /// One subscribed connection; returns why it ended.
-async fn run(
-    up: &Upstream,
+async fn run<U: Dispatch>(
+    up: &U,
     peer: &Peer,
     mut rd: crate::conn::connect::ReadHalf,
     mut wr: crate::conn::connect::WriteHalf,
@@ -243,7 +243,7 @@ async fn run(
     }
 }
 
-fn on_push(up: &Upstream, peer: &Peer, frame: &Bytes) {
+fn on_push<U: Dispatch>(up: &U, peer: &Peer, frame: &Bytes) {
     let Ok(Value::Push(items)) = Value::decode(frame) else {
         return;
     };

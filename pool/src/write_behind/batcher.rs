@@ -5,8 +5,9 @@
 //! parent's diagram).
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -14,15 +15,15 @@ use sidecache_resp::frame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
-use super::{tracked, Queued, Write};
+use super::{tracked, Queued, Write, WriteQueue};
 use crate::cluster::redirect::{self, Action};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
+use crate::dispatch::{Dispatch, Target};
 use crate::error::Result;
-use crate::upstream::{Target, Upstream};
 
-pub(super) struct Batcher {
-    pub(super) up: Upstream,
+pub(super) struct Batcher<U> {
+    pub(super) up: U,
     /// The node whose queue this is; its writes go elsewhere once it is no
     /// longer a master of the slot map.
     pub(super) addr: NodeAddr,
@@ -38,6 +39,65 @@ pub(super) struct Batcher {
     pub(super) full: Arc<Notify>,
     pub(super) flushed: watch::Sender<u64>,
     pub(super) done: u64,
+}
+
+/// Starts the batcher of one (node, database); its queue.
+/// `conn`: the connection to flush on (the node's tracking connection);
+/// `None` for a dedicated one.
+pub(crate) fn spawn<U: Dispatch>(
+    up: U,
+    addr: NodeAddr,
+    db: u16,
+    conn: Option<MuxConn>,
+) -> WriteQueue {
+    let wb = up.write_behind();
+    // Capacity: the permits bound the total, so a push never finds the
+    // channel full.
+    let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
+    let (flushed, _) = watch::channel(0u64);
+    let full = Arc::new(Notify::new());
+    // Optin, on the channel's own connection: the batches register
+    // what they write in the tracking table and expect the
+    // invalidations of their own writes (see `tracked`).
+    let tracked = up.optin_tracking() && conn.is_some();
+    let own = tracked;
+    let q = WriteQueue {
+        tx: Mutex::new(tx),
+        enqueued: AtomicU64::new(0),
+        flushed,
+        full: Arc::clone(&full),
+        ahead_at: (wb.cfg.pipeline > 1).then(|| wb.cfg.batch.max(1)),
+    };
+    let flushed_tx = q.flushed.clone();
+    wb.live.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        let conn = conn.unwrap_or_else(|| {
+            up.dedicated_conn(
+                &addr,
+                Session {
+                    db,
+                    proto: Proto::Resp2,
+                },
+            )
+        });
+        let mut b = Batcher {
+            up,
+            addr,
+            conn,
+            tracked,
+            own,
+            db,
+            rx,
+            full,
+            flushed: flushed_tx,
+            done: 0,
+        };
+        b.run().await;
+        let wb = b.up.write_behind();
+        wb.live.fetch_sub(1, Ordering::Relaxed);
+        wb.idle.notify_waiters();
+    });
+    q
 }
 
 /// A batch sent and not yet settled.
@@ -87,7 +147,7 @@ fn unwrapped(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<
 /// refreshed as often, writes follow a promotion within a few hundred ms.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
-impl Batcher {
+impl<U: Dispatch> Batcher<U> {
     pub(super) async fn run(&mut self) {
         let up = self.up.clone();
         let wb = up.write_behind();
@@ -370,7 +430,7 @@ impl Batcher {
                 l.untracked(w.db, &w.keys());
             }
         }
-        if up.peer().is_some() {
+        if up.has_peer() {
             let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();
             up.publish_written(Some(&keys)).await;
         }

@@ -41,7 +41,7 @@ use super::Queued;
 use crate::conn::mux::{OwnTx, Replies};
 
 /// What a retried write of an aborted transaction is answered meanwhile:
-/// retryable, so [`super::batcher`] sends it again on its own.
+/// retryable, so the batcher sends it again on its own.
 const ABORTED: &[u8] = b"-TRYAGAIN sidecache: write-behind transaction aborted\r\n";
 
 /// How a batch is wrapped: one transaction per run of writes to one slot
