@@ -10,6 +10,9 @@
 //!   requests/s and p50/p99 in µs, for `bench/net.sh`.
 //! - `txbench` (binary): pipelined transactions (`MULTI; SET; INCR; EXEC`)
 //!   from many connections, for `bench/tx.sh`.
+//! - `soak` (binary): a normal GET/SET workload alone and beside an abuse
+//!   mix (idle connections, slow readers, garbage, connect churn), for
+//!   `bench/soak.sh`.
 
 pub mod hist;
 pub mod relay;
