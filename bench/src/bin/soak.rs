@@ -38,7 +38,7 @@ use anyhow::Result;
 use bytes::BytesMut;
 use clap::Parser;
 use sidecache_bench::hist::Histogram;
-use sidecache_pool::resp::Scanner;
+use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
