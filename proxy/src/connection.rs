@@ -233,9 +233,9 @@ pub struct Client {
     out_known: usize,
     /// `--client-output-buffer-limit normal` (`usize::MAX`: none).
     out_limit: usize,
-    /// Reply bytes per pending entry in this client's last batch: the
-    /// estimate for entries whose size is known only once answered.
-    reply_avg: usize,
+    /// The largest reply of this client's last batch: the estimate for
+    /// entries whose size is known only once answered.
+    reply_estimate: usize,
     /// The command just dispatched answered with pushes (subscription
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence.
     pushed: bool,
@@ -316,9 +316,11 @@ impl Client {
             } else {
                 shared_limit
             },
-            // Until a batch told: as if each reply were a sixteenth of the
-            // bound, so a first pipeline of large replies is paced too.
-            reply_avg: (shared_limit / 16).max(16),
+            // Until a batch told: as if each reply were a quarter of the
+            // bound, so a first pipeline of large replies holds about the
+            // bound too (at the cost, for a first pipeline of more than
+            // four forwarded commands, of one more round trip).
+            reply_estimate: (shared_limit / 4).max(16),
             last_write_slot: None,
             silent: Vec::new(),
         }
@@ -330,7 +332,7 @@ impl Client {
     /// either).
     #[inline]
     fn output_due(&self) -> bool {
-        self.out_known + self.pending.len() * self.reply_avg >= self.out_limit
+        self.out_known + self.pending.len() * self.reply_estimate >= self.out_limit
     }
 
     fn session(&self) -> Session {

@@ -215,3 +215,74 @@ async fn a_slow_reader_is_paced_not_buffered() {
     }
     assert_eq!(got, one * GETS);
 }
+
+/// Large values that are not cached (each GET forwarded, its reply's size
+/// unknown until it arrives): ten slow readers hold about the output limit
+/// each, not their whole first pipeline (a first batch of 16 such GETs
+/// was 16 MB per reader when the first estimate was a sixteenth of the
+/// limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_of_uncached_values_hold_about_the_limit() {
+    use tokio::io::AsyncReadExt;
+    const GETS: usize = 60;
+    const READERS: usize = 10;
+    let redis = RedisServer::start(&[]);
+    let proxy = support::ProxyProcess::start(
+        &redis.url(),
+        &[
+            "--l1-exclude-prefix",
+            "big",
+            "--client-output-buffer-limit",
+            "normal 4mb 0 0",
+        ],
+    );
+    let big = "v".repeat(1 << 20);
+    let mut w = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        raw_on(&mut w, enc(&format!("SET big {big}")).as_bytes(), 1).await,
+        b"+OK\r\n"
+    );
+    // The write-behind SET upstream before the GETs read it.
+    support::eventually_raw(
+        &redis.addr(),
+        b"STRLEN big\r\n",
+        1,
+        &format!(":{}\r\n", big.len()),
+    )
+    .await;
+    let before = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    let gets = enc("GET big").repeat(GETS);
+    let mut slow = Vec::new();
+    for _ in 0..READERS {
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        s.write_all(gets.as_bytes()).await.unwrap();
+        slow.push(s);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = support::proc_status_bytes(proxy.pid(), "VmRSS");
+    assert_eq!(raw_on(&mut w, b"PING\r\n", 1).await, b"+PONG\r\n");
+    eprintln!(
+        "{READERS} slow readers of {GETS} x 1 MB uncached: RSS {} MB -> {} MB",
+        before >> 20,
+        held >> 20
+    );
+    assert!(
+        held.saturating_sub(before) < (READERS as u64) * (8 << 20),
+        "RSS grew {} MB for {READERS} readers",
+        (held - before) >> 20
+    );
+    let one = format!("${}\r\n{big}\r\n", big.len()).len();
+    let mut buf = vec![0u8; 1 << 20];
+    for s in &mut slow {
+        let mut got = 0usize;
+        while got < one * GETS {
+            let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+                .await
+                .expect("replies stopped")
+                .unwrap();
+            assert!(n > 0, "closed after {got} bytes");
+            got += n;
+        }
+        assert_eq!(got, one * GETS);
+    }
+}

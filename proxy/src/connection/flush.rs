@@ -155,7 +155,7 @@ impl Client {
             }
         }
         // Reply pass.
-        let (out_start, replies) = (self.wbuf.len(), pending.len());
+        let mut largest = 0usize;
         let mut errors = 0u64;
         let proto = self.st.proto;
         let silent = std::mem::take(&mut self.silent);
@@ -326,6 +326,7 @@ impl Client {
             if let Some(path) = path {
                 self.metrics.replied(path, &self.wbuf[mark..]);
             }
+            largest = largest.max(self.wbuf.len() - mark);
             if drop_reply {
                 self.wbuf.truncate(mark);
             }
@@ -353,15 +354,12 @@ impl Client {
             stats.upstream_errors.fetch_add(errors, Ordering::Relaxed);
         }
         self.batch_bytes = 0;
-        // What this batch's replies weighed: the next batch's estimate.
+        // The largest reply of this batch: the next batch's estimate per
+        // reply of unknown size (the largest rather than the mean, so a
+        // few small replies do not let through a batch of large ones).
         self.out_known = 0;
-        if let Some(avg) = self
-            .wbuf
-            .len()
-            .saturating_sub(out_start)
-            .checked_div(replies)
-        {
-            self.reply_avg = avg.max(16);
+        if largest > 0 {
+            self.reply_estimate = largest.max(16);
         }
         self.batch_writes = false;
         self.now = None;
