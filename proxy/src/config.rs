@@ -2,6 +2,7 @@
 //! and an optional TOML file, merged with precedence flag > env > file >
 //! default, validated once into [`Config`].
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,9 +11,10 @@ use clap::ValueEnum;
 use serde::Deserialize;
 use sidecache_l1::L1Config;
 use sidecache_pool::config as pool;
-use sidecache_pool::{Mode, Seed, UpstreamConfig};
+use sidecache_pool::UpstreamConfig;
 
 mod options;
+mod sections;
 
 pub use options::Options;
 
@@ -170,259 +172,25 @@ impl Config {
         Config::from_options(cli.or(file))
     }
 
-    /// Validates merged options and applies defaults.
+    /// Validates merged options and applies defaults, section by section
+    /// (in `config/sections.rs`), in the order the first bad option is
+    /// reported.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first bad option.
     pub fn from_options(o: Options) -> Result<Config, ConfigError> {
-        let listen = o.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-        let listen: SocketAddr = listen.parse().map_err(|_| {
-            err(
-                "--listen",
-                format!("{listen:?} is not an address like 127.0.0.1:6380"),
-            )
-        })?;
-        let mode_bits = match &o.unix_socket_mode {
-            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|b| *b <= 0o777)
-                .ok_or_else(|| {
-                    err(
-                        "--unix-socket-mode",
-                        format!("{m:?} is not octal permission bits like 0660"),
-                    )
-                })?,
-            None => DEFAULT_UNIX_SOCKET_MODE,
-        };
-        if o.upstream.is_empty() {
-            return Err(err(
-                "--upstream",
-                "required (e.g. --upstream redis://127.0.0.1:6379)",
-            ));
-        }
-        let seeds = o
-            .upstream
-            .iter()
-            .map(|u| Seed::parse(u.trim()).map_err(|e| err("--upstream", e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let secs =
-            |key: &'static str, v: Option<f64>, default: f64| -> Result<Duration, ConfigError> {
-                let v = v.unwrap_or(default);
-                Duration::try_from_secs_f64(v)
-                    .ok()
-                    .filter(|d| !d.is_zero())
-                    .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
-            };
-        let pool_size = o.pool_size.unwrap_or(pool::DEFAULT_POOL_SIZE);
-        if pool_size == 0 || pool_size > 64 {
-            return Err(err("--pool-size", "must be between 1 and 64"));
-        }
-        let write_batch = o.write_batch.unwrap_or(pool::DEFAULT_WRITE_BATCH);
-        if write_batch == 0 || write_batch > 100_000 {
-            return Err(err("--write-batch", "must be between 1 and 100000"));
-        }
-        let write_pipeline = o.write_pipeline.unwrap_or(pool::DEFAULT_WRITE_PIPELINE);
-        if write_pipeline == 0 || write_pipeline > 64 {
-            return Err(err("--write-pipeline", "must be between 1 and 64"));
-        }
-        let write_queue_max = o.write_queue_max.unwrap_or(pool::DEFAULT_WRITE_QUEUE_MAX);
-        if write_queue_max == 0 || write_queue_max > 100_000_000 {
-            return Err(err("--write-queue-max", "must be between 1 and 100000000"));
-        }
-        let write_flush_interval = match o.write_flush_interval {
-            Some(0.0) => Duration::ZERO,
-            Some(v) => secs("--write-flush-interval", Some(v), 0.0)?,
-            None => Duration::ZERO,
-        };
-        let write_queue_max_bytes = size(
-            "--write-queue-max-bytes",
-            o.write_queue_max_bytes.as_deref(),
-            pool::DEFAULT_WRITE_QUEUE_MAX_BYTES as u64,
-        )?;
-        if !(1024..=1 << 40).contains(&write_queue_max_bytes) {
-            return Err(err(
-                "--write-queue-max-bytes",
-                "must be between 1kb and 1024gb",
-            ));
-        }
-        let write = sidecache_pool::WriteConfig {
-            batch: write_batch,
-            pipeline: write_pipeline,
-            flush_interval: write_flush_interval,
-            queue_max: write_queue_max,
-            queue_max_bytes: usize::try_from(write_queue_max_bytes).unwrap_or(usize::MAX),
-            queue_timeout: secs(
-                "--write-queue-timeout",
-                o.write_queue_timeout,
-                pool::DEFAULT_WRITE_QUEUE_TIMEOUT.as_secs_f64(),
-            )?,
-        };
-        let upstream = UpstreamConfig {
-            write,
-            seeds,
-            mode: match o.mode.unwrap_or(ModeArg::Auto) {
-                ModeArg::Auto => Mode::Auto,
-                ModeArg::Standalone => Mode::Standalone,
-                ModeArg::Cluster => Mode::Cluster,
-            },
-            pool_size,
-            connect_timeout: secs(
-                "--connect-timeout",
-                o.connect_timeout,
-                pool::DEFAULT_CONNECT_TIMEOUT.as_secs_f64(),
-            )?,
-            max_session_connections: match o
-                .max_session_connections
-                .unwrap_or(pool::DEFAULT_MAX_SESSION_CONNECTIONS)
-            {
-                n @ 1..=100_000 => n,
-                _ => {
-                    return Err(err(
-                        "--max-session-connections",
-                        "must be between 1 and 100000",
-                    ))
-                }
-            },
-            command_timeout: match o.upstream_timeout {
-                Some(0.0) => None,
-                v => Some(secs(
-                    "--upstream-timeout",
-                    v,
-                    pool::DEFAULT_COMMAND_TIMEOUT.as_secs_f64(),
-                )?),
-            },
-            refresh_interval: secs(
-                "--refresh-interval",
-                o.refresh_interval,
-                pool::DEFAULT_REFRESH_INTERVAL.as_secs_f64(),
-            )?,
-            tls_ca_file: o.tls_ca_file,
-            coherence: match o.tracking.unwrap_or(TrackingArg::Bcast) {
-                mode @ (TrackingArg::Optin | TrackingArg::Bcast) => {
-                    sidecache_pool::config::Coherence::Tracking {
-                        mode: if mode == TrackingArg::Bcast {
-                            sidecache_pool::config::TrackingMode::Bcast
-                        } else {
-                            sidecache_pool::config::TrackingMode::Optin
-                        },
-                        prefixes: o
-                            .l1_include_prefix
-                            .iter()
-                            .map(|p| p.as_bytes().to_vec())
-                            .collect(),
-                        peer_channel: match o.peer_invalidation_channel.as_deref() {
-                            Some("off") => None,
-                            Some("") => {
-                                return Err(err(
-                                    "--peer-invalidation-channel",
-                                    "must be a channel name or off",
-                                ))
-                            }
-                            Some(name) => Some(name.as_bytes().to_vec()),
-                            None => Some(
-                                sidecache_pool::config::DEFAULT_PEER_CHANNEL
-                                    .as_bytes()
-                                    .to_vec(),
-                            ),
-                        },
-                    }
-                }
-                TrackingArg::Off => sidecache_pool::config::Coherence::Off,
-            },
-            ..UpstreamConfig::default()
-        };
-        let proto_max_bulk_len = size(
-            "--proto-max-bulk-len",
-            o.proto_max_bulk_len.as_deref(),
-            DEFAULT_PROTO_MAX_BULK_LEN,
-        )?;
-        if proto_max_bulk_len < 1024 * 1024 {
-            return Err(err(
-                "--proto-max-bulk-len",
-                "must be at least 1mb (as Redis)",
-            ));
-        }
-        let max_multibulk_len = o.max_multibulk_len.unwrap_or(DEFAULT_MAX_MULTIBULK_LEN);
-        if max_multibulk_len == 0 || max_multibulk_len > i32::MAX as u64 {
-            return Err(err(
-                "--max-multibulk-len",
-                "must be between 1 and 2147483647",
-            ));
-        }
-        let metrics_listen = match o.metrics_listen.as_deref().map(str::trim) {
-            Some(v) if v.eq_ignore_ascii_case("off") => None,
-            v => {
-                let v = v.unwrap_or(DEFAULT_METRICS_LISTEN);
-                Some(v.parse::<SocketAddr>().map_err(|_| {
-                    err(
-                        "--metrics-listen",
-                        format!("{v:?} is not an address like 127.0.0.1:9121 or off"),
-                    )
-                })?)
-            }
-        };
-        let upstream_wait = match o.upstream_wait {
-            None => Duration::ZERO,
-            Some(v) => Duration::try_from_secs_f64(v)
-                .map_err(|_| err("--upstream-wait", format!("{v} is not a number of seconds")))?,
-        };
-        let threads = o.threads.unwrap_or_else(default_threads);
-        if threads == 0 || threads > 1024 {
-            return Err(err("--threads", "must be between 1 and 1024"));
-        }
+        let (listen, unix_socket) = sections::listen(&o)?;
+        let mut upstream = sections::upstream(&o)?;
+        let (proto_max_bulk_len, max_multibulk_len) = sections::request_limits(&o)?;
+        let (metrics_listen, upstream_wait, threads) = sections::runtime(&o)?;
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
         if maxclients == 0 {
             return Err(err("--maxclients", "must be at least 1"));
         }
-        let l1_max_bytes = size(
-            "--l1-max-bytes",
-            o.l1_max_bytes.as_deref(),
-            sidecache_l1::config::DEFAULT_MAX_BYTES,
-        )?;
-        let l1_max_value_bytes = size(
-            "--l1-max-value-bytes",
-            o.l1_max_value_bytes.as_deref(),
-            sidecache_l1::config::DEFAULT_MAX_VALUE_BYTES,
-        )?;
-        let l1 = L1Config {
-            max_bytes: l1_max_bytes,
-            max_value_bytes: l1_max_value_bytes,
-            ttl_cap: secs(
-                "--l1-ttl-cap",
-                o.l1_ttl_cap,
-                sidecache_l1::config::DEFAULT_TTL_CAP.as_secs_f64(),
-            )?,
-            cache_nil: match o.l1_cache_nil {
-                Some(v) => Some(secs("--l1-cache-nil", Some(v), 0.0)?),
-                None => None,
-            },
-            include_prefixes: o
-                .l1_include_prefix
-                .iter()
-                .map(|p| p.as_bytes().to_vec())
-                .collect(),
-            exclude_prefixes: o
-                .l1_exclude_prefix
-                .iter()
-                .map(|p| p.as_bytes().to_vec())
-                .collect(),
-        };
+        let l1 = sections::l1(&o)?;
         let (output_limit_pubsub, output_limit_normal) =
             output_limits(&o.client_output_buffer_limit)?;
-        let requirepass = o.requirepass.filter(|p| !p.is_empty());
-        if o.protected_mode != Some(YesNo::No)
-            && requirepass.is_none()
-            && !listen.ip().is_loopback()
-        {
-            return Err(err(
-                "--listen",
-                format!(
-                    "{listen} is not a loopback address and no --requirepass is set: \
-                     anyone who reaches it could use the upstream (protected mode). \
-                     Set --requirepass, or --protected-mode no to serve it anyway"
-                ),
-            ));
-        }
+        let requirepass = sections::requirepass(&o, listen)?;
         let tcp_keepalive = match o
             .tcp_keepalive
             .unwrap_or(pool::DEFAULT_TCP_KEEPALIVE.as_secs())
@@ -430,7 +198,6 @@ impl Config {
             0 => None,
             s => Some(Duration::from_secs(s)),
         };
-        let mut upstream = upstream;
         upstream.tcp_keepalive = tcp_keepalive;
         Ok(Config {
             l1,
@@ -438,7 +205,7 @@ impl Config {
             output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
             listen,
-            unix_socket: o.unix_socket.map(|p| (p, mode_bits)),
+            unix_socket,
             upstream,
             proto_max_bulk_len,
             max_multibulk_len,
@@ -461,8 +228,17 @@ impl Config {
         })
     }
 
-    /// A one-line summary for the start-up log, secrets redacted.
+    /// A one-line summary for the start-up log, secrets redacted (the
+    /// [`fmt::Display`] of [`Config`]).
     pub fn redacted(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// The one-line start-up summary: every setting, secrets redacted
+/// (passwords and upstream credentials shown as `<set>` / `<auth>@`).
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ups: Vec<String> = self
             .upstream
             .seeds
@@ -480,7 +256,8 @@ impl Config {
                 )
             })
             .collect();
-        format!(
+        write!(
+            f,
             "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
@@ -528,6 +305,15 @@ impl Config {
             self.log_format,
         )
     }
+}
+
+/// A positive number of seconds (`default` when not given).
+fn secs(key: &'static str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let v = v.unwrap_or(default);
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| err(key, format!("{v} is not a positive number of seconds")))
 }
 
 /// The default worker threads: one per CPU this process may use (cgroup
