@@ -5,5 +5,6 @@ pub mod flags;
 pub mod handling;
 pub mod local;
 pub mod merge;
+pub mod route;
 pub mod table;
 pub mod write;

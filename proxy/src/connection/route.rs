@@ -10,6 +10,7 @@ use sidecache_resp::request::Request;
 use super::{Client, Flow, Inval, Part, Pending, SCAN_SHARD_BITS};
 use crate::cmd::handling::Merge;
 use crate::cmd::local;
+use crate::cmd::route::{self, Route};
 
 impl Client {
     /// A blocking command: its node (its keys' slot, which all must share
@@ -22,39 +23,22 @@ impl Client {
         req: &Request,
         inval: Option<Inval>,
     ) -> Flow {
-        let args = &req.args;
-        let mut slot = None;
-        if self.topo.is_cluster() {
-            if lname == b"wait" || lname == b"waitaof" {
-                slot = self.last_write_slot;
-            } else {
-                self.keys.clear();
-                if info.keys(args, &mut self.keys).is_ok() {
-                    for &i in &self.keys {
-                        let s = Slot::for_key(&args[i]);
-                        match slot {
-                            None => slot = Some(s),
-                            Some(t) if t != s => {
-                                self.local_reply(|r| {
-                                    r.error("CROSSSLOT Keys in request don't hash to the same slot")
-                                });
-                                return Flow::Continue;
-                            }
-                            Some(_) => {}
-                        }
-                    }
-                }
+        let to = if self.topo.is_cluster() && (lname == b"wait" || lname == b"waitaof") {
+            route::to_slot(self.last_write_slot, &*self.topo)
+        } else {
+            let span = route::Span::One { pinned: None };
+            route::route(info, &req.args, &*self.topo, span, &mut self.keys)
+        };
+        let (node, slot) = match to {
+            Route::Node { node, slot } => (node, slot),
+            Route::CrossSlot => {
+                self.local_reply(|r| r.error(route::CROSSSLOT));
+                return Flow::Continue;
             }
-        }
-        let node = match slot {
-            Some(s) => match self.topo.node_index(s) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.slot_error(&e);
-                    return Flow::Continue;
-                }
-            },
-            None => 0,
+            Route::Unserved(e) => {
+                self.slot_error(&e);
+                return Flow::Continue;
+            }
         };
         if inval.is_some() {
             self.last_write_slot = slot.or(self.last_write_slot);

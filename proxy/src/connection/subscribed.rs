@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::cluster::redirect;
-use sidecache_pool::{Proto, Slot};
+use sidecache_pool::Proto;
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::Value;
 use sidecache_resp::request::Request;
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 
 use super::{Client, Pending};
 use crate::cmd::local;
+use crate::cmd::route::{self, Route};
 use crate::pubsub::{Delivery, Kind, Outbox};
 
 /// A client's subscriptions and its outbox.
@@ -204,19 +205,18 @@ impl Client {
         // master (all of them in one slot, as Redis Cluster demands), any
         // node for the classic kinds.
         let node = if kind == Kind::Shard && cluster {
-            let slot = Slot::for_key(&args[1]);
-            if args[2..].iter().any(|c| Slot::for_key(c) != slot) {
-                self.local_reply(|r| {
-                    r.error("CROSSSLOT Keys in request don't hash to the same slot")
-                });
+            let channels: Vec<usize> = (1..args.len()).collect();
+            let Ok(slot) = route::one_slot(args, &channels, None) else {
+                self.local_reply(|r| r.error(route::CROSSSLOT));
                 return;
-            }
-            match self.topo.node_index(slot) {
-                Ok(n) => n,
-                Err(e) => {
+            };
+            match route::to_slot(slot, &*self.topo) {
+                Route::Node { node, .. } => node,
+                Route::Unserved(e) => {
                     self.slot_error(&e);
                     return;
                 }
+                Route::CrossSlot => return,
             }
         } else {
             0

@@ -335,25 +335,13 @@ impl Client {
                 self.keys.clear();
                 if info.keys(&req.args, &mut self.keys).is_ok() && !self.keys.is_empty() {
                     let first = self.tx.as_ref().and_then(|t| t.slot);
-                    let mut slot = first;
-                    let mut cross = false;
-                    for &i in &self.keys {
-                        let s = Slot::for_key(&req.args[i]);
-                        match slot {
-                            None => slot = Some(s),
-                            Some(t) if t != s => cross = true,
-                            Some(_) => {}
-                        }
-                    }
-                    if cross {
+                    let Ok(slot) = crate::cmd::route::one_slot(&req.args, &self.keys, first) else {
                         if let Some(tx) = self.tx.as_mut() {
                             tx.dirty = true;
                         }
-                        self.tx_local_error(
-                            "CROSSSLOT Keys in request don't hash to the same slot",
-                        );
+                        self.tx_local_error(crate::cmd::route::CROSSSLOT);
                         return;
-                    }
+                    };
                     if let Some(tx) = self.tx.as_mut() {
                         tx.slot = slot;
                     }
