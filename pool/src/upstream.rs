@@ -24,7 +24,6 @@ use crate::conn::health::HealthStats;
 use crate::conn::mux::MuxConn;
 use crate::conn::mux::Replies;
 use crate::conn::node::Node;
-use crate::dispatch::Dispatch;
 use crate::error::{Error, Result};
 use crate::write_behind::{batcher, Write, WriteBehind};
 
@@ -41,6 +40,7 @@ pub struct ServerInfo {
 
 pub use crate::dispatch::Target;
 
+mod dispatch;
 mod health;
 mod slotmap;
 
@@ -655,56 +655,4 @@ pub fn info_field(info: &[u8], field: &str) -> Option<String> {
         let (k, v) = l.split_once(':')?;
         (k == field).then(|| v.trim().to_owned())
     })
-}
-
-impl Dispatch for Upstream {
-    fn topology(&self) -> Arc<Topology> {
-        Upstream::topology(self)
-    }
-    fn request_refresh(&self) {
-        Upstream::request_refresh(self);
-    }
-    fn serves(&self, addr: &NodeAddr) -> bool {
-        Upstream::serves(self, addr)
-    }
-    fn write_behind(&self) -> &WriteBehind {
-        Upstream::write_behind(self)
-    }
-    fn optin_tracking(&self) -> bool {
-        Upstream::optin_tracking(self)
-    }
-    fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
-        Upstream::dedicated_conn(self, addr, session)
-    }
-    fn has_peer(&self) -> bool {
-        self.inner.peer.is_some()
-    }
-    async fn publish_written(&self, keys: Option<&[Bytes]>) {
-        Upstream::publish_written(self, keys).await;
-    }
-    async fn execute(
-        &self,
-        session: Session,
-        hint: usize,
-        target: Target,
-        cmd: Bytes,
-    ) -> Result<Bytes> {
-        Upstream::execute(self, session, hint, target, cmd).await
-    }
-    async fn follow(
-        &self,
-        session: Session,
-        hint: usize,
-        slot: Option<Slot>,
-        cmd: &Bytes,
-        reply: Bytes,
-    ) -> Result<Bytes> {
-        Upstream::follow(self, session, hint, slot, cmd, reply).await
-    }
-    fn connector(&self) -> &Connector {
-        Upstream::connector(self)
-    }
-    fn coherence_listener(&self) -> Option<&Arc<dyn CoherenceListener>> {
-        Upstream::coherence_listener(self)
-    }
 }

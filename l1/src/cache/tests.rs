@@ -1,0 +1,252 @@
+use super::*;
+
+fn l1(max: u64) -> L1 {
+    L1::new(L1Config {
+        max_bytes: max,
+        ..L1Config::default()
+    })
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+#[test]
+fn fill_then_hit() {
+    let c = l1(1 << 20);
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_fill(t, 0, b("k"), Some(b("v")), -1));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("v"))));
+    // Databases are separate.
+    assert_eq!(c.get(1, &b("k")), Lookup::Miss);
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses, s.fills, s.entries), (1, 2, 1, 1));
+}
+
+#[test]
+fn invalidation_during_fill_discards_it() {
+    let c = l1(1 << 20);
+    let t = c.begin_fill(0, b"k");
+    c.invalidate(0, &b("k"));
+    assert!(!c.complete_fill(t, 0, b("k"), Some(b("old")), -1));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    assert_eq!(c.stats().fills_discarded, 1);
+    // A clear also discards fills in flight.
+    let t = c.begin_fill(0, b"k");
+    c.clear();
+    assert!(!c.complete_fill(t, 0, b("k"), Some(b("old")), -1));
+}
+
+#[test]
+fn overwrites_replace_in_place_without_touching_values_readers_hold() {
+    let c = l1(1 << 20);
+    let later = Instant::now() + Duration::from_secs(5);
+    assert!(c.insert_written(0, &b("k"), &b("one"), later, Instant::now()));
+    // A reader holds the old value while the key is overwritten with
+    // one of the same length: the reader's bytes do not change.
+    let Lookup::Hit(Some(held)) = c.get(0, &b("k")) else {
+        panic!("written value not served");
+    };
+    assert!(c.insert_written(0, &b("k"), &b("two"), later, Instant::now()));
+    assert_eq!(held, b("one"));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("two"))));
+    drop(held);
+    // Same length, no reader: the buffer is reused.
+    assert!(c.insert_written(0, &b("k"), &b("six"), later, Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("six"))));
+    // Another length; then a shorter deadline, which is kept.
+    assert!(c.insert_written(0, &b("k"), &b("longer"), later, Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("longer"))));
+    let soon = Instant::now() + Duration::from_millis(30);
+    assert!(c.insert_written(0, &b("k"), &b("brief"), soon, Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("brief"))));
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    // Overwrites are not evictions, and the weight follows the value.
+    let s = c.stats();
+    assert_eq!((s.evictions, s.writes, s.entries), (0, 5, 0));
+    assert!(c.insert_written(
+        0,
+        &b("k"),
+        &[b'x'; 1000].as_slice().into(),
+        later,
+        Instant::now()
+    ));
+    let heavy = c.stats().bytes;
+    assert!(c.insert_written(0, &b("k"), &b("x"), later, Instant::now()));
+    assert_eq!(c.stats().bytes, heavy - 999);
+}
+
+#[test]
+fn heavier_overwrites_stay_within_max_bytes() {
+    let max = 64 * 1024;
+    let c = l1(max);
+    let later = Instant::now() + Duration::from_secs(5);
+    for i in 0..100 {
+        assert!(c.insert_written(0, &b(&format!("k{i}")), &b("x"), later, Instant::now()));
+    }
+    let big: Bytes = vec![b'v'; 4096].into();
+    for i in 0..100 {
+        c.insert_written(0, &b(&format!("k{i}")), &big, later, Instant::now());
+    }
+    let s = c.stats();
+    assert!(
+        s.bytes <= max,
+        "{} bytes cached with max_bytes {max}",
+        s.bytes
+    );
+    assert!(s.evictions > 0);
+    // The last write of each key is served or the key is gone: never
+    // the old value.
+    for i in 0..100 {
+        match c.get(0, &b(&format!("k{i}"))) {
+            Lookup::Hit(v) => assert_eq!(v, Some(big.clone())),
+            Lookup::Miss => {}
+            Lookup::Bypass => panic!("bypass"),
+        }
+    }
+}
+
+#[test]
+fn written_values_are_served_and_discard_fills() {
+    let c = l1(1 << 20);
+    let t = c.begin_fill(0, b"k");
+    assert!(c.insert_written(
+        0,
+        &b("k"),
+        &b("new"),
+        Instant::now() + Duration::from_secs(5),
+        Instant::now()
+    ));
+    assert!(
+        !c.complete_fill(t, 0, b("k"), Some(b("old")), -1),
+        "fill raced the write"
+    );
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("new"))));
+    // Already expired: not cached, and the old entry is gone.
+    assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now(), Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+}
+
+#[test]
+fn invalidations_without_a_database_reach_every_used_one() {
+    let c = l1(1 << 20);
+    for db in [0u16, 3, 70] {
+        let t = c.begin_fill(db, b"k");
+        assert!(c.complete_fill(t, db, b("k"), Some(b("v")), -1));
+    }
+    let t = c.begin_fill(5, b"other");
+    assert!(c.complete_fill(t, 5, b("other"), Some(b("v")), -1));
+    let mut seen = Vec::new();
+    c.for_used_dbs(|db| seen.push(db));
+    assert!(seen.contains(&0) && seen.contains(&3) && seen.contains(&5) && seen.contains(&70));
+    assert!(!seen.contains(&1));
+    c.invalidate_any_db(&b("k"));
+    for db in [0u16, 3, 70] {
+        assert_eq!(c.get(db, &b("k")), Lookup::Miss, "db {db}");
+    }
+    assert_eq!(c.get(5, &b("other")), Lookup::Hit(Some(b("v"))));
+}
+
+#[test]
+fn invalidate_where_drops_matching_keys_and_fills_in_flight() {
+    let c = l1(1 << 20);
+    for k in ["a:1", "a:2", "b:1"] {
+        let t = c.begin_fill(0, k.as_bytes());
+        assert!(c.complete_fill(t, 0, b(k), Some(b("v")), -1));
+    }
+    let t = c.begin_fill(0, b"b:2");
+    c.invalidate_where(|_, k| k.starts_with(b"a:"));
+    assert_eq!(c.get(0, &b("a:1")), Lookup::Miss);
+    assert_eq!(c.get(0, &b("a:2")), Lookup::Miss);
+    assert_eq!(c.get(0, &b("b:1")), Lookup::Hit(Some(b("v"))));
+    assert!(
+        !c.complete_fill(t, 0, b("b:2"), Some(b("v")), -1),
+        "a fill begun before is discarded"
+    );
+}
+
+#[test]
+fn invalidate_removes() {
+    let c = l1(1 << 20);
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_fill(t, 0, b("k"), Some(b("v")), -1));
+    c.invalidate(0, &b("k"));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+}
+
+#[test]
+fn ttl_and_limits() {
+    let c = L1::new(L1Config {
+        max_bytes: 1 << 20,
+        max_value_bytes: 4,
+        ..L1Config::default()
+    });
+    let t = c.begin_fill(0, b"big");
+    assert!(
+        !c.complete_fill(t, 0, b("big"), Some(b("12345")), -1),
+        "too large"
+    );
+    let t = c.begin_fill(0, b"nil");
+    assert!(
+        !c.complete_fill(t, 0, b("nil"), None, -2),
+        "nil not cached by default"
+    );
+    let t = c.begin_fill(0, b"gone");
+    assert!(
+        !c.complete_fill(t, 0, b("gone"), Some(b("v")), -2),
+        "expired between GET and PTTL"
+    );
+    let t = c.begin_fill(0, b"short");
+    assert!(c.complete_fill(t, 0, b("short"), Some(b("v")), 30));
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(c.get(0, &b("short")), Lookup::Miss, "expired with upstream");
+    let c = L1::new(L1Config {
+        max_bytes: 1 << 20,
+        cache_nil: Some(Duration::from_secs(5)),
+        ..L1Config::default()
+    });
+    let t = c.begin_fill(0, b"nil");
+    assert!(c.complete_fill(t, 0, b("nil"), None, -2));
+    assert_eq!(c.get(0, &b("nil")), Lookup::Hit(None));
+}
+
+#[test]
+fn cap_bounds_life() {
+    let c = L1::new(L1Config {
+        max_bytes: 1 << 20,
+        ttl_cap: Duration::from_millis(30),
+        ..L1Config::default()
+    });
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_fill(t, 0, b("k"), Some(b("v")), -1));
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+}
+
+#[test]
+fn bytes_stay_bounded() {
+    let c = l1(64 * 1024);
+    let v = Bytes::from(vec![b'x'; 1000]);
+    for i in 0..1000 {
+        let k = Bytes::from(format!("key:{i}"));
+        let t = c.begin_fill(0, &k);
+        c.complete_fill(t, 0, k, Some(v.clone()), -1);
+    }
+    let s = c.stats();
+    assert!(s.bytes <= 64 * 1024, "{s:?}");
+    assert!(s.evictions > 0);
+}
+
+#[test]
+fn off_and_filtered() {
+    let c = l1(0);
+    assert_eq!(c.get(0, &b("k")), Lookup::Bypass);
+    let c = L1::new(L1Config {
+        exclude_prefixes: vec![b"tmp:".to_vec()],
+        ..L1Config::default()
+    });
+    assert_eq!(c.get(0, &b("tmp:1")), Lookup::Bypass);
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+}
