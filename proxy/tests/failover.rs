@@ -152,10 +152,12 @@ async fn assert_all_landed(
     );
 }
 
-async fn failover_under_load(fault: Fault) {
+async fn failover_under_load(fault: Fault, extra: &[&str]) {
     let mut cluster = Cluster::start_with(1, 2000);
     replicas_synced(&cluster).await;
-    let proxy = Proxy::start(&cluster.seed_url(), &["--connect-timeout", "1"]).await;
+    let mut args = vec!["--connect-timeout", "1"];
+    args.extend_from_slice(extra);
+    let proxy = Proxy::start(&cluster.seed_url(), &args).await;
     let (master, replica) = master_and_replica(&cluster);
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -190,14 +192,26 @@ async fn failover_under_load(fault: Fault) {
 /// promoted replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_killed_loses_no_acknowledged_write() {
-    failover_under_load(Fault::Kill).await;
+    failover_under_load(Fault::Kill, &[]).await;
+}
+
+/// The same under `--tracking optin`, where each master's write-behind
+/// batches travel on its tracking connection as per-slot MULTI blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_under_optin_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Kill, &["--tracking", "optin"]).await;
 }
 
 /// A replica promoted with `CLUSTER FAILOVER` during a write load: queued and
 /// new writes follow the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_failover_loses_no_acknowledged_write() {
-    failover_under_load(Fault::Graceful).await;
+    failover_under_load(Fault::Graceful, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_failover_under_optin_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Graceful, &["--tracking", "optin"]).await;
 }
 
 /// sidecache as its own process: a master killed under load, then SIGTERM
