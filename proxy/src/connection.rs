@@ -13,7 +13,9 @@
 //!            write          (MOVED/ASK followed, split parts merged)
 //! ```
 //!
-//! Parts: `cache` (L1 reads and invalidation), `write` (write-behind),
+//! Parts: `dispatch` (the steps of `Client::dispatch` past its fast paths:
+//! local commands, forwarded commands by handling), `cache` (L1 reads and
+//! invalidation), `write` (write-behind),
 //! `route` (split, fan-out, SCAN, where a blocking command goes), `flush`
 //! (the pipelined submit and the reply pass), `tx` (transactions: from
 //! MULTI to EXEC the commands are collected, not dispatched, and travel as
