@@ -8,7 +8,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
-use sidecache_resp::frame::{self, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -18,8 +17,8 @@ use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::coherence::peer::Peer;
 use crate::coherence::tracking::{CoherenceListener, CoherenceMode, CoherenceStats, Hub};
-use crate::config::{Coherence, Mode, NodeAddr, Session, UpstreamConfig};
-use crate::conn::connect::{expect_ok, Connector};
+use crate::config::{NodeAddr, Session, UpstreamConfig};
+use crate::conn::connect::Connector;
 use crate::conn::health::HealthStats;
 use crate::conn::mux::MuxConn;
 use crate::conn::mux::Replies;
@@ -43,6 +42,7 @@ pub use crate::dispatch::Target;
 mod dispatch;
 mod health;
 mod slotmap;
+mod startup;
 
 struct Inner {
     cfg: UpstreamConfig,
@@ -109,119 +109,12 @@ impl Upstream {
     /// Any configuration or connection error; nothing is left running.
     pub async fn connect(cfg: UpstreamConfig) -> Result<Upstream> {
         let connector = Arc::new(Connector::new(&cfg)?);
-        let mut last_err = None;
-        let mut probe = None;
-        for seed in &cfg.seeds {
-            let cmds: [&[&[u8]]; 3] = [
-                &[b"INFO", b"server"],
-                &[b"INFO", b"cluster"],
-                &[b"CONFIG", b"GET", b"databases"],
-            ];
-            match connector
-                .oneshot(&seed.addr, Session::default(), &cmds)
-                .await
-            {
-                Ok(r) => {
-                    probe = Some((seed.addr.clone(), r));
-                    break;
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        let Some((seed_addr, replies)) = probe else {
-            return Err(last_err.unwrap_or_else(|| Error::Config("no --upstream given".into())));
-        };
-        let server = expect_ok(&replies[0]).map_err(|e| Error::Connect {
-            addr: seed_addr.to_string(),
-            reason: format!("INFO failed: {e}"),
-        })?;
-        let server = server.as_bytes().cloned().unwrap_or_default();
-        let version = info_field(&server, "redis_version").unwrap_or_else(|| "7.0.0".into());
-        let cluster_enabled = expect_ok(&replies[1])
-            .ok()
-            .and_then(|v| v.as_bytes().cloned())
-            .and_then(|b| info_field(&b, "cluster_enabled"))
-            .is_some_and(|v| v == "1");
-        let cluster = match cfg.mode {
-            Mode::Auto => cluster_enabled,
-            Mode::Cluster if !cluster_enabled => {
-                return Err(Error::Config(format!(
-                    "--mode cluster, but {seed_addr} has cluster mode off"
-                )))
-            }
-            Mode::Cluster => true,
-            Mode::Standalone => false,
-        };
-        let databases = if cluster {
-            1
-        } else {
-            Value::decode(&replies[2])
-                .ok()
-                .and_then(Value::into_items)
-                .and_then(|v| v.get(1).and_then(Value::as_int))
-                .and_then(|n| u16::try_from(n).ok())
-                .unwrap_or(16)
-        };
-        let info = ServerInfo {
-            version,
-            databases,
-            cluster,
-        };
-        // Optin relies on Redis 7's ordering: the invalidations of a
-        // command's own writes come right after its reply (see
-        // `tracking`). Older servers get bcast.
-        let major: u32 = info
-            .version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(7);
-        let tracking_mode = match &cfg.coherence {
-            Coherence::Tracking {
-                mode: crate::config::TrackingMode::Optin,
-                ..
-            } if major < 7 => {
-                warn!(version = %info.version, "--tracking optin needs Redis 7 or later; using bcast");
-                crate::config::TrackingMode::Bcast
-            }
-            Coherence::Tracking { mode, .. } => *mode,
-            Coherence::Off => crate::config::TrackingMode::Bcast,
-        };
-        let coherence = match &cfg.coherence {
-            Coherence::Off => CoherenceMode::Off,
-            Coherence::Tracking {
-                prefixes,
-                peer_channel,
-                ..
-            } => {
-                let args = crate::coherence::tracking::probe_args(tracking_mode, prefixes);
-                match probe_tracking(&connector, &seed_addr, &args).await? {
-                    CoherenceMode::Unsupported if peer_channel.is_some() => CoherenceMode::Peer,
-                    m => m,
-                }
-            }
-        };
-        let (hub, peer) = match (&cfg.coherence, coherence) {
-            (Coherence::Tracking { prefixes, .. }, CoherenceMode::Tracking) => {
-                (Some(Arc::new(Hub::new(tracking_mode, prefixes))), None)
-            }
-            (
-                Coherence::Tracking {
-                    peer_channel: Some(name),
-                    ..
-                },
-                CoherenceMode::Peer,
-            ) => {
-                let hub = Arc::new(Hub::new(crate::config::TrackingMode::Bcast, &[]));
-                let gate = Arc::new(crate::coherence::tracking::Channel::for_all(
-                    seed_addr.clone(),
-                    Arc::clone(&hub),
-                ));
-                let peer = Arc::new(Peer::new(name.clone(), gate));
-                (Some(hub), Some(peer))
-            }
-            _ => (None, None),
-        };
+        let (seed_addr, replies) = startup::probe_seeds(&connector, &cfg).await?;
+        let info = startup::server_info(&cfg, &seed_addr, &replies)?;
+        let tracking_mode = startup::tracking_mode(&cfg, &info);
+        let coherence =
+            startup::coherence_mode(&cfg, &connector, &seed_addr, tracking_mode).await?;
+        let (hub, peer) = startup::channels(&cfg, coherence, tracking_mode, &seed_addr);
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
             connector: Arc::clone(&connector),
@@ -247,21 +140,7 @@ impl Upstream {
             cfg,
         });
         let up = Upstream { inner };
-        if cluster {
-            let ranges = up.read_slots(&seed_addr).await?;
-            let _ = up.install(&ranges);
-            tokio::spawn(slotmap::refresher(
-                Arc::clone(&up.inner),
-                up.inner.cfg.refresh_interval,
-            ));
-        } else {
-            let node = up.node(&seed_addr);
-            up.inner.topo.store(Arc::new(Topology::standalone(node)));
-        }
-        if let Some(p) = &up.inner.peer {
-            tokio::spawn(crate::coherence::peer::subscribe(up.clone(), Arc::clone(p)));
-        }
-        up.await_channels(up.inner.cfg.connect_timeout).await;
+        up.start(&seed_addr).await?;
         Ok(up)
     }
 
@@ -612,34 +491,6 @@ impl Upstream {
                 self.default_db(),
             ))
         }))
-    }
-}
-
-/// Whether `addr` accepts client tracking (`HELLO 3` + the registration
-/// the channels will send); a refusal is logged once and means TTL-only.
-async fn probe_tracking(
-    connector: &Connector,
-    addr: &NodeAddr,
-    args: &[&[u8]],
-) -> Result<CoherenceMode> {
-    let session = Session {
-        db: 0,
-        proto: crate::config::Proto::Resp3,
-    };
-    let r = match connector.oneshot(addr, session, &[args]).await {
-        Ok(r) => r,
-        Err(Error::Handshake { reply, .. }) => {
-            warn!(node = %addr, reply, "HELLO 3 refused: no client tracking; the L1 TTL cap alone bounds staleness");
-            return Ok(CoherenceMode::Unsupported);
-        }
-        Err(e) => return Err(e),
-    };
-    match r.first().and_then(|f| frame::error_text(f)) {
-        None => Ok(CoherenceMode::Tracking),
-        Some(e) => {
-            warn!(node = %addr, reply = %String::from_utf8_lossy(e), "CLIENT TRACKING refused: the L1 TTL cap alone bounds staleness of other clients' writes");
-            Ok(CoherenceMode::Unsupported)
-        }
     }
 }
 

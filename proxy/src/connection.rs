@@ -13,7 +13,9 @@
 //!            write          (MOVED/ASK followed, split parts merged)
 //! ```
 //!
-//! Parts: `cache` (L1 reads and invalidation), `write` (write-behind),
+//! Parts: `dispatch` (the steps of `Client::dispatch` past its fast paths:
+//! local commands, forwarded commands by handling), `cache` (L1 reads and
+//! invalidation), `write` (write-behind),
 //! `route` (split, fan-out, SCAN, where a blocking command goes), `flush`
 //! (the pipelined submit and the reply pass), `tx` (transactions: from
 //! MULTI to EXEC the commands are collected, not dispatched, and travel as
@@ -42,7 +44,7 @@ use tracing::debug;
 use sidecache_l1::FillTicket;
 
 use crate::cmd::handling::{Handling, Merge};
-use crate::cmd::local::{self, ClientState, Local, Outcome};
+use crate::cmd::local::{self, ClientState, Local};
 use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
 use crate::flight::{Fetched, Flight, Joined};
@@ -51,6 +53,7 @@ use crate::state::{ClientEntry, Shared};
 
 mod blocking;
 mod cache;
+mod dispatch;
 mod flush;
 mod route;
 mod serve;
@@ -60,7 +63,6 @@ mod write;
 
 use serve::write_out;
 pub use serve::{serve, ClientStream};
-use sidecache_resp::encode;
 use sidecache_resp::encode::Reply;
 use sidecache_resp::request::{Limits, Parser, Request};
 
@@ -462,42 +464,7 @@ impl Client {
         };
         let local = if set { None } else { Local::lookup(lname) };
         if let Some(cmd) = local {
-            self.metrics.command(self.shared.metrics.local_id(cmd));
-            if !self.st.authenticated && !cmd.allowed_unauthenticated() {
-                self.local_reply(|r| r.error("NOAUTH Authentication required."));
-                return Flow::Continue;
-            }
-            // PING is answered here only while every node is known
-            // healthy (one atomic load); otherwise Redis's answer (BUSY,
-            // LOADING, …) is the client's. See `sidecache_pool::conn::health`.
-            if cmd == Local::Ping && args.len() <= 2 && !self.shared.upstream.all_healthy() {
-                let mut ping = BytesMut::new();
-                let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                encode::encode_command(&mut ping, &argv);
-                self.pending.push(Pending::Ping(ping.freeze()));
-                return Flow::Continue;
-            }
-            if cmd.changes_session() {
-                self.flush().await;
-            }
-            if cmd == Local::Reset {
-                self.leave_pubsub();
-            }
-            if cmd == Local::Client
-                && args
-                    .get(1)
-                    .is_some_and(|a| a.eq_ignore_ascii_case(b"unblock"))
-            {
-                self.client_unblock(args).await;
-                return Flow::Continue;
-            }
-            let start = self.scratch.len();
-            let outcome = local::run(cmd, args, &mut self.st, &self.shared, &mut self.scratch);
-            self.pending.push(Pending::Local(start..self.scratch.len()));
-            return match outcome {
-                Outcome::Continue => Flow::Continue,
-                Outcome::Close => Flow::Close,
-            };
+            return self.dispatch_local(cmd, args).await;
         }
         let shared = Arc::clone(&self.shared);
         let found = match shared.table.set() {
@@ -541,126 +508,7 @@ impl Client {
             self.mget(req);
             return Flow::Continue;
         }
-        match info.handling {
-            Handling::Unsupported(why) => {
-                self.local_reply(|r| r.error(&format!("ERR {why}")));
-            }
-            Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
-            Handling::PubSub { kind, sub } => self.pubsub(kind, sub, lname, args).await,
-            Handling::Monitor => self.monitor().await,
-            Handling::Publish { shard } if args.len() == 3 => {
-                let (node, slot) = if shard && cluster {
-                    let slot = Slot::for_key(&args[1]);
-                    match self.topo.node_index(slot) {
-                        Ok(n) => (n, Some(slot)),
-                        Err(e) => {
-                            self.slot_error(&e);
-                            return Flow::Continue;
-                        }
-                    }
-                } else {
-                    (0, None)
-                };
-                let (node, idx) = self.enqueue(node, &req.raw);
-                self.pending.push(Pending::Receivers(Box::new(Receivers {
-                    node,
-                    idx,
-                    slot,
-                    cmd: req.raw.clone(),
-                    adjust: subscribed::Adjust::Publish {
-                        channel: args[1].clone(),
-                        shard,
-                    },
-                })));
-            }
-            Handling::NumSub { shard } if !cluster || !shard || args.len() <= 3 => {
-                let (node, slot) = match (shard && cluster, args.get(2)) {
-                    (true, Some(ch)) => {
-                        let slot = Slot::for_key(ch);
-                        match self.topo.node_index(slot) {
-                            Ok(n) => (n, Some(slot)),
-                            Err(e) => {
-                                self.slot_error(&e);
-                                return Flow::Continue;
-                            }
-                        }
-                    }
-                    _ => (0, None),
-                };
-                let (node, idx) = self.enqueue(node, &req.raw);
-                self.pending.push(Pending::Receivers(Box::new(Receivers {
-                    node,
-                    idx,
-                    slot,
-                    cmd: req.raw.clone(),
-                    adjust: subscribed::Adjust::NumSub { shard },
-                })));
-            }
-            Handling::MaybeBlocking if blocking::has_block_arg(args) => {
-                return self.dispatch_blocking(info, lname, req, inval);
-            }
-            Handling::Info => self.info(req),
-            Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
-            Handling::Transaction => {
-                if !self.start_session(lname, req).await {
-                    self.forward(0, None, &req.raw);
-                }
-            }
-            Handling::Scan if cluster => self.scan(req),
-            Handling::FanOut(kind) if cluster => {
-                let parts = (0..self.topo.nodes().len())
-                    .map(|n| {
-                        let (node, idx) = self.enqueue(n, &req.raw);
-                        Part {
-                            node,
-                            idx,
-                            slot: None,
-                            cmd: req.raw.clone(),
-                            positions: Vec::new(),
-                        }
-                    })
-                    .collect();
-                self.pending.push(Pending::Merge {
-                    kind,
-                    parts,
-                    nkeys: 0,
-                });
-            }
-            Handling::Split(kind)
-                if cluster
-                    && info.arity_ok(args.len())
-                    && (kind != Merge::AllOk || args.len() % 2 == 1) =>
-            {
-                self.split(kind, req);
-            }
-            // MSET with a key and no value: a cluster node would check the
-            // slots first (CROSSSLOT); one Redis, which the proxy presents,
-            // refuses the arity.
-            Handling::Split(Merge::AllOk) if cluster && args.len() % 2 == 0 => {
-                self.local_reply(|r| local::arity_error(r, "mset"));
-            }
-            _ if !cluster => self.forward(0, None, &req.raw),
-            _ => {
-                self.keys.clear();
-                let slot = match info.keys(args, &mut self.keys) {
-                    Ok(_) => self.keys.first().map(|&i| Slot::for_key(&args[i])),
-                    Err(_) => None,
-                };
-                if inval.is_some() && slot.is_some() {
-                    self.last_write_slot = slot;
-                }
-                match slot {
-                    Some(s) => match self.topo.node_index(s) {
-                        Ok(n) => self.forward(n, Some(s), &req.raw),
-                        Err(e) => self.slot_error(&e),
-                    },
-                    None => self.forward(0, None, &req.raw),
-                }
-            }
-        }
-        if let Some(inval) = inval {
-            self.pending.push(Pending::Invalidate(inval));
-        }
-        Flow::Continue
+        self.dispatch_handled(info, lname, req, inval, cluster)
+            .await
     }
 }

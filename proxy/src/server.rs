@@ -13,6 +13,7 @@ use sidecache_pool::DrainReport;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -124,80 +125,10 @@ pub async fn run(
     info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
     let watch = tokio::spawn(crate::watch::run(Arc::clone(&shared), cancel.clone()));
 
-    let tcp = {
-        let (shared, cancel, tracker, slots) = (
-            Arc::clone(&shared),
-            cancel.clone(),
-            tracker.clone(),
-            Arc::clone(&slots),
-        );
-        let listener = listeners.tcp;
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    r = listener.accept() => r,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                if let Some(idle) = shared.config.tcp_keepalive {
-                    let _ = sidecache_pool::conn::connect::set_keepalive(&stream, idle);
-                }
-                let laddr = stream
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
-                spawn_client(
-                    stream,
-                    peer.to_string(),
-                    laddr,
-                    &shared,
-                    &cancel,
-                    &tracker,
-                    &slots,
-                );
-            }
-        })
-    };
+    let tcp = spawn_tcp_accept(listeners.tcp, &shared, &cancel, &tracker, &slots);
     let unix_path = listeners.unix.as_ref().map(|u| u.1.clone());
     let unix = listeners.unix.map(|(listener, path)| {
-        let (shared, cancel, tracker, slots) = (
-            Arc::clone(&shared),
-            cancel.clone(),
-            tracker.clone(),
-            Arc::clone(&slots),
-        );
-        tokio::spawn(async move {
-            let laddr = path.display().to_string();
-            loop {
-                let accepted = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    r = listener.accept() => r,
-                };
-                match accepted {
-                    Ok((stream, _)) => spawn_client(
-                        stream,
-                        format!("{laddr}:0"),
-                        laddr.clone(),
-                        &shared,
-                        &cancel,
-                        &tracker,
-                        &slots,
-                    ),
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
+        spawn_unix_accept(listener, path, &shared, &cancel, &tracker, &slots)
     });
 
     shutdown.await;
@@ -210,6 +141,115 @@ pub async fn run(
     if let Some(u) = unix {
         let _ = u.await;
     }
+    finish_connections(&shared, &tracker, deadline).await;
+    let report = drain_write_behind(&shared, deadline).await;
+    if let Some(p) = unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    shared.upstream.close();
+    info!("sidecache stopped");
+    report
+}
+
+/// Spawns the TCP accept loop (until `cancel`): each client's socket gets
+/// TCP_NODELAY and, with `--tcp-keepalive`, keepalive, then its task.
+fn spawn_tcp_accept(
+    listener: TcpListener,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+    slots: &Arc<Semaphore>,
+) -> JoinHandle<()> {
+    let (shared, cancel, tracker, slots) = (
+        Arc::clone(shared),
+        cancel.clone(),
+        tracker.clone(),
+        Arc::clone(slots),
+    );
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = listener.accept() => r,
+            };
+            let (stream, peer) = match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            if let Some(idle) = shared.config.tcp_keepalive {
+                let _ = sidecache_pool::conn::connect::set_keepalive(&stream, idle);
+            }
+            let laddr = stream
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            spawn_client(
+                stream,
+                peer.to_string(),
+                laddr,
+                &shared,
+                &cancel,
+                &tracker,
+                &slots,
+            );
+        }
+    })
+}
+
+/// Spawns the Unix-socket accept loop (until `cancel`); a client's address
+/// is the socket path.
+fn spawn_unix_accept(
+    listener: UnixListener,
+    path: PathBuf,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+    slots: &Arc<Semaphore>,
+) -> JoinHandle<()> {
+    let (shared, cancel, tracker, slots) = (
+        Arc::clone(shared),
+        cancel.clone(),
+        tracker.clone(),
+        Arc::clone(slots),
+    );
+    tokio::spawn(async move {
+        let laddr = path.display().to_string();
+        loop {
+            let accepted = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = listener.accept() => r,
+            };
+            match accepted {
+                Ok((stream, _)) => spawn_client(
+                    stream,
+                    format!("{laddr}:0"),
+                    laddr.clone(),
+                    &shared,
+                    &cancel,
+                    &tracker,
+                    &slots,
+                ),
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Lets the client tasks finish the batch in hand, until `deadline`; the
+/// ones still running then are left to close.
+async fn finish_connections(
+    shared: &Shared,
+    tracker: &TaskTracker,
+    deadline: tokio::time::Instant,
+) {
     tracker.close();
     if tokio::time::timeout_at(deadline, tracker.wait())
         .await
@@ -217,6 +257,11 @@ pub async fn run(
     {
         warn!(timeout = ?shared.config.shutdown_timeout, "shutdown timeout: closing remaining connections");
     }
+}
+
+/// Drains the write-behind queue in the time left until `deadline`,
+/// records the outcome in the shutdown metrics, and logs it.
+async fn drain_write_behind(shared: &Shared, deadline: tokio::time::Instant) -> DrainReport {
     let wb = shared.upstream.write_behind();
     let queued = wb.depth();
     let flushed_before = wb.stats.flushed.load(Ordering::Relaxed);
@@ -244,11 +289,6 @@ pub async fn run(
             "shutdown timeout: write-behind writes NOT flushed"
         );
     }
-    if let Some(p) = unix_path {
-        let _ = std::fs::remove_file(p);
-    }
-    shared.upstream.close();
-    info!("sidecache stopped");
     report
 }
 

@@ -16,7 +16,8 @@ use sidecache_resp::encode::Reply;
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::{self, Value};
 
-use super::{Client, Fetch, MgetItem, Pending, SCAN_SHARD_BITS};
+use super::{Client, Fetch, MgetItem, Part, Pending, SCAN_SHARD_BITS};
+use crate::cmd::handling::Merge;
 use crate::cmd::merge::{self, PartReply};
 use crate::flight::{self, Fetched};
 
@@ -31,8 +32,6 @@ impl Client {
             }
             return;
         }
-        let session = self.session();
-        let hint = self.hint();
         // A forwarded command gets a clear error after --upstream-timeout,
         // never a hang behind a stalled upstream.
         let deadline = self
@@ -40,6 +39,28 @@ impl Client {
             .upstream
             .command_timeout()
             .map(|t| tokio::time::Instant::now() + t);
+        self.submit(deadline).await;
+        self.receive(deadline).await;
+        self.note_failures();
+        let mut pending = std::mem::take(&mut self.pending);
+        self.publish(&mut pending).await;
+        let (largest, errors) = self.reply_all(&mut pending).await;
+        self.metrics.resolved();
+        self.pending = pending;
+        // A MULTI still open: what it collected so far goes to a held
+        // connection, answered after everything before it.
+        if self.tx.is_some() {
+            self.flush_open_tx().await;
+        }
+        self.end_batch(largest, errors);
+    }
+
+    /// Sends each node's pipeline as one submit, once the write-behind
+    /// writes it must not overtake reached upstream; a pipeline that
+    /// cannot go gets its error as its result.
+    async fn submit(&mut self, deadline: Option<tokio::time::Instant>) {
+        let session = self.session();
+        let hint = self.hint();
         // The client's connections, then (optin tracking) the fill
         // connections: each node's fills go as one pipeline too.
         for fill in [false, true] {
@@ -58,24 +79,7 @@ impl Client {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                // Everything queued for write-behind on this node before now
-                // reaches upstream first (per-key order, read-your-writes).
-                // Bounded: a client never hangs behind an unreachable upstream.
-                // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
-                // across them.
-                let limit = self.shared.upstream.write_behind().config().queue_timeout;
-                let mut late = false;
-                let mut waited = false;
-                // And writes still queued for a master that left the slot map:
-                // they are on their way to its slots' new owners, maybe this one.
-                let retired = self.shared.upstream.retired_barriers();
-                for barrier in node.write_barriers().chain(retired) {
-                    waited = true;
-                    if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
-                        late = true;
-                        break;
-                    }
-                }
+                let (waited, late) = wait_queued_writes(&self.shared, node).await;
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.commands.fetch_add(count as u64, Ordering::Relaxed);
                     if waited {
@@ -109,6 +113,10 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Waits for every submitted pipeline's replies (until `deadline`).
+    async fn receive(&mut self, deadline: Option<tokio::time::Instant>) {
         for fill in [false, true] {
             let lane = if fill {
                 &mut self.fills
@@ -128,6 +136,11 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Tells the upstream (health, slot-map refresh) and the node's
+    /// metrics about every pipeline that failed.
+    fn note_failures(&mut self) {
         for fill in [false, true] {
             let lane = if fill { &self.fills } else { &self.builders };
             for (i, b) in lane.iter().enumerate() {
@@ -139,8 +152,11 @@ impl Client {
                 }
             }
         }
-        let mut pending = std::mem::take(&mut self.pending);
-        // Publish pass.
+    }
+
+    /// The publish pass: finishes every fetch this client leads (see the
+    /// module's documentation).
+    async fn publish(&mut self, pending: &mut [Pending]) {
         for p in pending.iter_mut() {
             match p {
                 Pending::Fetch(f) => self.finish_fetch(f).await,
@@ -154,7 +170,12 @@ impl Client {
                 _ => {}
             }
         }
-        // Reply pass.
+    }
+
+    /// The reply pass: writes each pending reply in order (dropping those
+    /// CLIENT REPLY OFF/SKIP silenced), emptying `pending`. Returns the
+    /// largest reply's size and the count of upstream failures answered.
+    async fn reply_all(&mut self, pending: &mut Vec<Pending>) -> (usize, u64) {
         let mut largest = 0usize;
         let mut errors = 0u64;
         let proto = self.st.proto;
@@ -168,160 +189,8 @@ impl Client {
                 silent_at.next();
             }
             let drop_reply = silent_at.peek().is_some_and(|r| r.contains(&i));
-            match p {
-                Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
-                Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
-                Pending::Fetch(f) => write_fetched(&mut self.wbuf, proto, f.result.as_ref()),
-                Pending::Join(rx) => {
-                    let r = flight::wait(rx).await;
-                    write_fetched(&mut self.wbuf, proto, r.as_ref());
-                }
-                Pending::Mget(items) => {
-                    // MGET answers nil for a key of another type (where GET
-                    // says WRONGTYPE); any other failure fails the whole MGET.
-                    let failed = items.iter().find_map(|i| match i {
-                        MgetItem::Fetch(f) => match &f.result {
-                            Some(Fetched::Error(e)) if !e.starts_with(b"-WRONGTYPE") => {
-                                Some(e.clone())
-                            }
-                            None => Some(Bytes::from_static(b"-ERR upstream fetch failed\r\n")),
-                            _ => None,
-                        },
-                        MgetItem::Hit(_) => None,
-                    });
-                    if let Some(e) = failed {
-                        errors += 1;
-                        self.wbuf.put_slice(&e);
-                    } else {
-                        put_header(&mut self.wbuf, b'*', items.len() as i64);
-                        for i in items {
-                            match i {
-                                MgetItem::Hit(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
-                                MgetItem::Fetch(f) => match &f.result {
-                                    Some(Fetched::Error(_)) => {
-                                        write_value(&mut self.wbuf, proto, None)
-                                    }
-                                    r => write_fetched(&mut self.wbuf, proto, r.as_ref()),
-                                },
-                            }
-                        }
-                    }
-                }
-                Pending::Tx(t) => self.reply_tx(*t).await,
-                Pending::Invalidate(inval) => {
-                    self.apply(&inval);
-                    if self.shared.upstream.peer().is_some() {
-                        let keys = match &inval {
-                            super::Inval::Keys(k) => Some(&k[..]),
-                            super::Inval::All => None,
-                        };
-                        self.shared.upstream.publish_written(keys).await;
-                    }
-                }
-                Pending::Up {
-                    node,
-                    idx,
-                    slot,
-                    cmd,
-                } => match self.reply_of(node, idx, slot, &cmd).await {
-                    Ok(f) => self.wbuf.put_slice(&f),
-                    Err(e) => {
-                        errors += 1;
-                        e.write_reply(&mut self.wbuf);
-                    }
-                },
-                Pending::Merge { kind, parts, nkeys } => {
-                    let mut replies = Vec::with_capacity(parts.len());
-                    let mut failed = None;
-                    for part in &parts {
-                        match self
-                            .reply_of(part.node, part.idx, part.slot, &part.cmd)
-                            .await
-                        {
-                            Ok(f) => replies.push(PartReply {
-                                frame: f,
-                                positions: &part.positions,
-                            }),
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    match failed {
-                        Some(e) => {
-                            errors += 1;
-                            e.write_reply(&mut self.wbuf);
-                        }
-                        None => merge::merge(kind, replies, nkeys, &mut self.wbuf),
-                    }
-                }
-                Pending::Receivers(r) => match self.reply_of(r.node, r.idx, r.slot, &r.cmd).await {
-                    Ok(f) => self.adjust_receivers(&f, &r.adjust),
-                    Err(e) => {
-                        errors += 1;
-                        e.write_reply(&mut self.wbuf);
-                    }
-                },
-                Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
-                    Ok(f) => self.wbuf.put_slice(&f),
-                    Err(e) => {
-                        errors += 1;
-                        e.write_reply(&mut self.wbuf);
-                    }
-                },
-                Pending::Kill(cmd) => {
-                    let parts = self.shared.upstream.kill(cmd).await;
-                    if parts.iter().all(|p| p.is_err()) {
-                        errors += 1;
-                    }
-                    merge::kill(&parts, &mut self.wbuf);
-                }
-                Pending::Scan {
-                    node,
-                    idx,
-                    cmd,
-                    shard,
-                    nshards,
-                } => match self.reply_of(node, idx, None, &cmd).await {
-                    Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
-                    Err(e) => {
-                        errors += 1;
-                        e.write_reply(&mut self.wbuf);
-                    }
-                },
-                Pending::Info { upstream, proxy } => {
-                    let body = match upstream {
-                        Some((node, idx)) => {
-                            match self.reply_of(node, idx, None, &Bytes::new()).await {
-                                Ok(f) => Ok(Value::decode(&f).ok().and_then(|v| match v {
-                                    Value::Bulk(b) | Value::Verbatim(b) => Some(b),
-                                    _ => None,
-                                })),
-                                Err(e) => Err(e),
-                            }
-                        }
-                        None => Ok(None),
-                    };
-                    match body {
-                        Err(e) => e.write_reply(&mut self.wbuf),
-                        Ok(body) => {
-                            let mut text =
-                                crate::info::render(&self.shared, &self.topo, proxy).into_bytes();
-                            if let Some(b) = body {
-                                if !proxy.is_empty() && !b.is_empty() {
-                                    text.extend_from_slice(b"\r\n");
-                                }
-                                text.extend_from_slice(&b);
-                            }
-                            Reply {
-                                out: &mut self.wbuf,
-                                proto,
-                            }
-                            .verbatim(&text);
-                        }
-                    }
-                }
+            if self.reply(p, proto).await {
+                errors += 1;
             }
             if let Some(path) = path {
                 self.metrics.replied(path, &self.wbuf[mark..]);
@@ -334,13 +203,190 @@ impl Client {
         let mut silent = silent;
         silent.clear();
         self.silent = silent;
-        self.metrics.resolved();
-        self.pending = pending;
-        // A MULTI still open: what it collected so far goes to a held
-        // connection, answered after everything before it.
-        if self.tx.is_some() {
-            self.flush_open_tx().await;
+        (largest, errors)
+    }
+
+    /// Writes one pending entry's reply to `wbuf`. Returns whether it is an
+    /// upstream failure (counted in `upstream_errors`).
+    async fn reply(&mut self, p: Pending, proto: Proto) -> bool {
+        match p {
+            Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
+            Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
+            Pending::Fetch(f) => write_fetched(&mut self.wbuf, proto, f.result.as_ref()),
+            Pending::Join(rx) => {
+                let r = flight::wait(rx).await;
+                write_fetched(&mut self.wbuf, proto, r.as_ref());
+            }
+            Pending::Mget(items) => return self.reply_mget(items, proto),
+            Pending::Tx(t) => self.reply_tx(*t).await,
+            Pending::Invalidate(inval) => self.invalidated(inval).await,
+            Pending::Up {
+                node,
+                idx,
+                slot,
+                cmd,
+            } => match self.reply_of(node, idx, slot, &cmd).await {
+                Ok(f) => self.wbuf.put_slice(&f),
+                Err(e) => {
+                    e.write_reply(&mut self.wbuf);
+                    return true;
+                }
+            },
+            Pending::Merge { kind, parts, nkeys } => {
+                return self.reply_merge(kind, parts, nkeys).await
+            }
+            Pending::Receivers(r) => match self.reply_of(r.node, r.idx, r.slot, &r.cmd).await {
+                Ok(f) => self.adjust_receivers(&f, &r.adjust),
+                Err(e) => {
+                    e.write_reply(&mut self.wbuf);
+                    return true;
+                }
+            },
+            Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
+                Ok(f) => self.wbuf.put_slice(&f),
+                Err(e) => {
+                    e.write_reply(&mut self.wbuf);
+                    return true;
+                }
+            },
+            Pending::Kill(cmd) => {
+                let parts = self.shared.upstream.kill(cmd).await;
+                merge::kill(&parts, &mut self.wbuf);
+                return parts.iter().all(|p| p.is_err());
+            }
+            Pending::Scan {
+                node,
+                idx,
+                cmd,
+                shard,
+                nshards,
+            } => match self.reply_of(node, idx, None, &cmd).await {
+                Ok(f) => rewrite_scan(&f, shard, nshards, &mut self.wbuf),
+                Err(e) => {
+                    e.write_reply(&mut self.wbuf);
+                    return true;
+                }
+            },
+            Pending::Info { upstream, proxy } => self.reply_info(upstream, proxy, proto).await,
         }
+        false
+    }
+
+    /// An MGET's reply from its hits and fetches. Returns whether it failed.
+    fn reply_mget(&mut self, items: Vec<MgetItem>, proto: Proto) -> bool {
+        // MGET answers nil for a key of another type (where GET
+        // says WRONGTYPE); any other failure fails the whole MGET.
+        let failed = items.iter().find_map(|i| match i {
+            MgetItem::Fetch(f) => match &f.result {
+                Some(Fetched::Error(e)) if !e.starts_with(b"-WRONGTYPE") => Some(e.clone()),
+                None => Some(Bytes::from_static(b"-ERR upstream fetch failed\r\n")),
+                _ => None,
+            },
+            MgetItem::Hit(_) => None,
+        });
+        if let Some(e) = failed {
+            self.wbuf.put_slice(&e);
+            return true;
+        }
+        put_header(&mut self.wbuf, b'*', items.len() as i64);
+        for i in items {
+            match i {
+                MgetItem::Hit(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
+                MgetItem::Fetch(f) => match &f.result {
+                    Some(Fetched::Error(_)) => write_value(&mut self.wbuf, proto, None),
+                    r => write_fetched(&mut self.wbuf, proto, r.as_ref()),
+                },
+            }
+        }
+        false
+    }
+
+    /// A write was acknowledged upstream: its invalidation applied again,
+    /// and published to the peers (peer channel).
+    async fn invalidated(&mut self, inval: super::Inval) {
+        self.apply(&inval);
+        if self.shared.upstream.peer().is_some() {
+            let keys = match &inval {
+                super::Inval::Keys(k) => Some(&k[..]),
+                super::Inval::All => None,
+            };
+            self.shared.upstream.publish_written(keys).await;
+        }
+    }
+
+    /// A split or fanned-out command's reply, merged from its parts'.
+    /// Returns whether a part failed.
+    async fn reply_merge(&mut self, kind: Merge, parts: Vec<Part>, nkeys: usize) -> bool {
+        let mut replies = Vec::with_capacity(parts.len());
+        let mut failed = None;
+        for part in &parts {
+            match self
+                .reply_of(part.node, part.idx, part.slot, &part.cmd)
+                .await
+            {
+                Ok(f) => replies.push(PartReply {
+                    frame: f,
+                    positions: &part.positions,
+                }),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        match failed {
+            Some(e) => {
+                e.write_reply(&mut self.wbuf);
+                true
+            }
+            None => {
+                merge::merge(kind, replies, nkeys, &mut self.wbuf);
+                false
+            }
+        }
+    }
+
+    /// INFO's reply: the proxy's sections, then the upstream's (when asked
+    /// for).
+    async fn reply_info(
+        &mut self,
+        upstream: Option<(u32, u32)>,
+        proxy: crate::info::Sections,
+        proto: Proto,
+    ) {
+        let body = match upstream {
+            Some((node, idx)) => match self.reply_of(node, idx, None, &Bytes::new()).await {
+                Ok(f) => Ok(Value::decode(&f).ok().and_then(|v| match v {
+                    Value::Bulk(b) | Value::Verbatim(b) => Some(b),
+                    _ => None,
+                })),
+                Err(e) => Err(e),
+            },
+            None => Ok(None),
+        };
+        match body {
+            Err(e) => e.write_reply(&mut self.wbuf),
+            Ok(body) => {
+                let mut text = crate::info::render(&self.shared, &self.topo, proxy).into_bytes();
+                if let Some(b) = body {
+                    if !proxy.is_empty() && !b.is_empty() {
+                        text.extend_from_slice(b"\r\n");
+                    }
+                    text.extend_from_slice(&b);
+                }
+                Reply {
+                    out: &mut self.wbuf,
+                    proto,
+                }
+                .verbatim(&text);
+            }
+        }
+    }
+
+    /// The per-batch reset once every reply is written: counters added to
+    /// the shared stats, the next batch's output estimate, and the topology
+    /// picked up afresh.
+    fn end_batch(&mut self, largest: usize, errors: u64) {
         self.scratch.clear();
         for b in self.builders.iter_mut().chain(self.fills.iter_mut()) {
             b.result = None;
@@ -491,6 +537,34 @@ async fn within<F: std::future::Future>(
         Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
         None => Some(fut.await),
     }
+}
+
+/// Waits for everything queued for write-behind on `node` before now, each
+/// wait bounded by `--write-queue-timeout`: whether there was any, and
+/// whether some was not flushed in time.
+async fn wait_queued_writes(
+    shared: &crate::state::Shared,
+    node: &sidecache_pool::conn::node::Node,
+) -> (bool, bool) {
+    // Everything queued for write-behind on this node before now
+    // reaches upstream first (per-key order, read-your-writes).
+    // Bounded: a client never hangs behind an unreachable upstream.
+    // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
+    // across them.
+    let limit = shared.upstream.write_behind().config().queue_timeout;
+    let mut late = false;
+    let mut waited = false;
+    // And writes still queued for a master that left the slot map:
+    // they are on their way to its slots' new owners, maybe this one.
+    let retired = shared.upstream.retired_barriers();
+    for barrier in node.write_barriers().chain(retired) {
+        waited = true;
+        if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
+            late = true;
+            break;
+        }
+    }
+    (waited, late)
 }
 
 fn timed_out(node: &sidecache_pool::conn::node::Node) -> sidecache_pool::Error {

@@ -46,6 +46,28 @@ impl Client {
         self.block(req.raw.clone(), lname, node, slot, inval);
         Flow::Block
     }
+
+    /// A fanned-out command: sent to every master, the replies merged.
+    pub(super) fn fan_out(&mut self, kind: Merge, req: &Request) {
+        let parts = (0..self.topo.nodes().len())
+            .map(|n| {
+                let (node, idx) = self.enqueue(n, &req.raw);
+                Part {
+                    node,
+                    idx,
+                    slot: None,
+                    cmd: req.raw.clone(),
+                    positions: Vec::new(),
+                }
+            })
+            .collect();
+        self.pending.push(Pending::Merge {
+            kind,
+            parts,
+            nkeys: 0,
+        });
+    }
+
     pub(super) fn split(&mut self, kind: Merge, req: &Request) {
         let args = &req.args;
         let step = if kind == Merge::AllOk { 2 } else { 1 };
