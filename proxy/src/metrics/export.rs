@@ -130,6 +130,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_invalidations_received_total", C, &[], "Invalidation messages received (client-tracking pushes, or other sidecaches' peer messages)."),
     fam("sidecache_invalidated_keys_total", C, &[], "Keys named by client-tracking invalidation messages."),
     fam("sidecache_tracking_channel_losses_total", C, &[], "Invalidation channels lost (connection broken or heartbeat unanswered); each clears that master's part of the L1."),
+    fam("sidecache_tracking_own_invalidations_skipped_total", C, &[], "Optin tracking: invalidations of sidecache's own flushed writes, recognised on the channel connection and not applied."),
     // Upstream.
     fam("sidecache_upstream_info", G, &["mode", "version"], "Always 1; the upstream mode (standalone or cluster) and server version."),
     fam("sidecache_upstream_masters", G, &[], "Masters in the current topology."),

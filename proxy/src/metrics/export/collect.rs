@@ -343,6 +343,11 @@ fn invalidation(s: &Shared, o: &mut Out) {
         &[],
         cs.map_or(0, |c| l(&c.channel_losses)),
     );
+    o.counter(
+        "sidecache_tracking_own_invalidations_skipped_total",
+        &[],
+        cs.map_or(0, |c| l(&c.own_skipped)),
+    );
 }
 
 /// The upstream: mode and version, masters and uncovered slots, and per
