@@ -234,10 +234,7 @@ impl Client {
     async fn reply(&mut self, p: Pending, proto: Proto) -> bool {
         match p {
             Pending::Local(_) | Pending::Value(_) | Pending::Fetch(_) | Pending::Mget(_) => {
-                return match self.reply_ready(p, proto) {
-                    Ok(failed) => failed,
-                    Err(_) => false,
-                };
+                return self.reply_ready(p, proto).unwrap_or_default();
             }
             Pending::Join(rx) => {
                 let r = flight::wait(rx).await;
