@@ -173,7 +173,6 @@ async fn a_panicking_client_task_closes_only_its_client() {
 /// arrives once the client reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_is_paced_not_buffered() {
-    use tokio::io::AsyncReadExt;
     const GETS: usize = 300;
     let redis = RedisServer::start(&[]);
     let proxy = support::ProxyProcess::start(&redis.url(), &[]);
@@ -203,17 +202,24 @@ async fn a_slow_reader_is_paced_not_buffered() {
     );
     // Every reply, in full, once it reads.
     let one = format!("${}\r\n{big}\r\n", big.len()).len();
+    read_exactly(&mut slow, one * GETS).await;
+}
+
+/// Reads `total` bytes (every reply asked for), failing if they stop
+/// coming for 30 s or the connection closes first.
+async fn read_exactly(s: &mut TcpStream, total: usize) {
+    use tokio::io::AsyncReadExt;
     let mut got = 0usize;
     let mut buf = vec![0u8; 1 << 20];
-    while got < one * GETS {
-        let n = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf))
+    while got < total {
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
             .await
             .expect("replies stopped")
             .unwrap();
         assert!(n > 0, "closed after {got} bytes");
         got += n;
     }
-    assert_eq!(got, one * GETS);
+    assert_eq!(got, total);
 }
 
 /// Large values that are not cached (each GET forwarded, its reply's size
@@ -223,7 +229,6 @@ async fn a_slow_reader_is_paced_not_buffered() {
 /// limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_readers_of_uncached_values_hold_about_the_limit() {
-    use tokio::io::AsyncReadExt;
     const GETS: usize = 60;
     const READERS: usize = 10;
     let redis = RedisServer::start(&[]);
@@ -272,17 +277,7 @@ async fn slow_readers_of_uncached_values_hold_about_the_limit() {
         (held - before) >> 20
     );
     let one = format!("${}\r\n{big}\r\n", big.len()).len();
-    let mut buf = vec![0u8; 1 << 20];
     for s in &mut slow {
-        let mut got = 0usize;
-        while got < one * GETS {
-            let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
-                .await
-                .expect("replies stopped")
-                .unwrap();
-            assert!(n > 0, "closed after {got} bytes");
-            got += n;
-        }
-        assert_eq!(got, one * GETS);
+        read_exactly(s, one * GETS).await;
     }
 }
