@@ -292,7 +292,11 @@ impl CommandInfo {
         let mut i = self.first;
         while i <= last && i < argc {
             out.push(i as usize);
-            i += step;
+            // Checked: the step comes from upstream's `COMMAND` reply.
+            let Some(next) = i.checked_add(step) else {
+                break;
+            };
+            i = next;
         }
         Ok(())
     }

@@ -223,3 +223,17 @@ fn extreme_spec_numbers_do_not_overflow() {
     let c = info(-2, 0, 0, 0, vec![range(1, i64::MAX, 1, 0)]);
     assert_eq!(keys(&c, "X a b"), Ok(vec![1, 2]));
 }
+
+#[test]
+fn legacy_step_max_does_not_overflow() {
+    // Found by fuzz/command_keys (seed `regress-legacy-step-max`): a
+    // `COMMAND` entry without key specs whose legacy step is i64::MAX
+    // overflowed `i += step` after the first key (in release the wrapped
+    // position became a key index far past the arguments).
+    let c = info(5, 3, 3, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a b c d"), Ok(vec![3]));
+    let c = info(-2, 1, -1, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a b c"), Ok(vec![1]));
+    let c = info(-2, i64::MAX, i64::MAX, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a"), Ok(vec![]));
+}
