@@ -265,11 +265,17 @@ impl CommandInfo {
         }
         if !complete && out.len() == start {
             // Nothing expressible found: fall back to the legacy positions
-            // when they are trustworthy.
+            // when they are trustworthy. Not for `written_only`: they do not
+            // say which keys are written, and where read specs did find keys
+            // they need not agree with them (a malformed table made the
+            // written keys more than the keys; found by fuzz/command_keys).
+            // `Ok(false)` with nothing found: the caller assumes the worst.
             if self.flags.movablekeys || self.first <= 0 {
                 return Err(KeysError::Unknown);
             }
-            self.legacy_keys(args.len(), out)?;
+            if !written_only {
+                self.legacy_keys(args.len(), out)?;
+            }
         }
         Ok(complete)
     }
