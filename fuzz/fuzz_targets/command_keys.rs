@@ -150,7 +150,10 @@ fn legacy(info: &CommandInfo, argc: usize) -> Vec<usize> {
     let mut i = info.first;
     while i <= last && i < argc {
         out.push(i as usize);
-        i += info.step.max(1);
+        let Some(next) = i.checked_add(info.step.max(1)) else {
+            break;
+        };
+        i = next;
     }
     out
 }

@@ -248,11 +248,17 @@ impl CommandInfo {
         }
         if !complete && out.len() == start {
             // Nothing expressible found: fall back to the legacy positions
-            // when they are trustworthy.
+            // when they are trustworthy. Not for `written_only`: they do not
+            // say which keys are written, and where read specs did find keys
+            // they need not agree with them (a malformed table made the
+            // written keys more than the keys; found by fuzz/command_keys).
+            // `Ok(false)` with nothing found: the caller assumes the worst.
             if self.flags.movablekeys || self.first <= 0 {
                 return Err(KeysError::Unknown);
             }
-            self.legacy_keys(args.len(), out)?;
+            if !written_only {
+                self.legacy_keys(args.len(), out)?;
+            }
         }
         Ok(complete)
     }
@@ -275,7 +281,11 @@ impl CommandInfo {
         let mut i = self.first;
         while i <= last && i < argc {
             out.push(i as usize);
-            i += step;
+            // Checked: the step comes from upstream's `COMMAND` reply.
+            let Some(next) = i.checked_add(step) else {
+                break;
+            };
+            i = next;
         }
         Ok(())
     }

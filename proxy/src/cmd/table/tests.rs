@@ -223,3 +223,65 @@ fn extreme_spec_numbers_do_not_overflow() {
     let c = info(-2, 0, 0, 0, vec![range(1, i64::MAX, 1, 0)]);
     assert_eq!(keys(&c, "X a b"), Ok(vec![1, 2]));
 }
+
+#[test]
+fn legacy_step_max_does_not_overflow() {
+    // Found by fuzz/command_keys (seed `regress-legacy-step-max`): a
+    // `COMMAND` entry without key specs whose legacy step is i64::MAX
+    // overflowed `i += step` after the first key (in release the wrapped
+    // position became a key index far past the arguments).
+    let c = info(5, 3, 3, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a b c d"), Ok(vec![3]));
+    let c = info(-2, 1, -1, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a b c"), Ok(vec![1]));
+    let c = info(-2, i64::MAX, i64::MAX, i64::MAX, vec![]);
+    assert_eq!(keys(&c, "X a"), Ok(vec![]));
+}
+
+#[test]
+fn written_keys_are_keys_when_the_write_spec_is_unknown() {
+    // Found by fuzz/command_keys (seed `regress-written-not-key`): with a
+    // read spec finding keys 1, 3, 5 and the only write spec unknown, the
+    // written-only search fell back to the legacy positions 1..=3 and
+    // reported 2, which is not a key, as written.
+    let c = info(
+        -1,
+        1,
+        3,
+        1,
+        vec![
+            range(1, 4, 2, 0),
+            KeySpec {
+                writes: true,
+                begin: BeginSearch::Unknown,
+                find: FindKeys::Range {
+                    lastkey: 0,
+                    keystep: 1,
+                    limit: 0,
+                },
+            },
+        ],
+    );
+    let a = args("X a b c d e");
+    let mut all = Vec::new();
+    assert_eq!(c.keys(&a, &mut all), Ok(false));
+    assert_eq!(all, vec![1, 3, 5]);
+    let mut written = Vec::new();
+    assert_eq!(c.keys_where(&a, &mut written, true), Ok(false));
+    assert!(written.iter().all(|k| all.contains(k)), "{written:?}");
+    // With no spec expressible at all, the legacy positions still serve.
+    let c = info(
+        -1,
+        1,
+        3,
+        1,
+        vec![KeySpec {
+            writes: true,
+            begin: BeginSearch::Unknown,
+            find: FindKeys::Unknown,
+        }],
+    );
+    let mut out = Vec::new();
+    assert_eq!(c.keys(&a, &mut out), Ok(false));
+    assert_eq!(out, vec![1, 2, 3]);
+}
