@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use sidecache::cmd::table::{CommandInfo, CommandTable};
-use sidecache_resp::request::{Limits, Parser, Request};
 use sidecache_resp::frame::Value;
+use sidecache_resp::request::{Limits, Parser, Request};
 
 static COMMAND_REPLY: &[u8] = include_bytes!("../fixtures/command-redis-7.0.15.resp");
 

@@ -17,7 +17,7 @@
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use sidecache_fuzz::{chunks, encode_value};
-use sidecache_resp::frame::{ProtocolError, Scanner, Value, array_elements, error_text};
+use sidecache_resp::frame::{array_elements, error_text, ProtocolError, Scanner, Value};
 
 fn check_frame(frame: &Bytes) {
     let _ = error_text(frame);
