@@ -16,7 +16,7 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use sidecache_fuzz::{chunks, encode_value};
+use sidecache_fuzz::chunks;
 use sidecache_resp::frame::{array_elements, error_text, ProtocolError, Scanner, Value};
 
 fn check_frame(frame: &Bytes) {
@@ -29,7 +29,7 @@ fn check_frame(frame: &Bytes) {
                 "decode stops before the frame's end"
             );
             let mut enc = BytesMut::new();
-            encode_value(&mut enc, &v);
+            v.encode(&mut enc);
             let enc = enc.freeze();
             assert_eq!(Scanner::new().scan(&enc), Ok(Some(enc.len())), "{enc:?}");
             assert_eq!(Value::decode(&enc).as_ref(), Ok(&v), "{enc:?}");

@@ -1,9 +1,8 @@
-//! Helpers shared by the fuzz targets: chunking a stream, re-encoding
-//! decoded replies, and the wire layout of an encoded request.
+//! Helpers shared by the fuzz targets: chunking a stream, and the wire
+//! layout of an encoded request (decoded replies re-encode with
+//! `Value::encode` of `sidecache-resp`).
 
-use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_resp::encode::{put_bulk, put_header};
-use sidecache_resp::frame::Value;
+use bytes::{Bytes, BytesMut};
 
 /// Chunk lengths (each ≥ 1) covering `len` bytes, derived from `seed`
 /// (a splitmix64 stream), so a crash replays from the input alone.
@@ -31,56 +30,6 @@ pub fn chunks(seed: u64, len: usize) -> Vec<usize> {
         left -= c;
     }
     out
-}
-
-/// Encodes a decoded reply back to RESP (RESP3 types as RESP3).
-pub fn encode_value(out: &mut BytesMut, v: &Value) {
-    let line = |out: &mut BytesMut, kind: u8, b: &[u8]| {
-        out.put_u8(kind);
-        out.put_slice(b);
-        out.put_slice(b"\r\n");
-    };
-    match v {
-        Value::Nil => out.put_slice(b"_\r\n"),
-        Value::Status(b) => line(out, b'+', b),
-        Value::Error(b) => {
-            if b.contains(&b'\r') || b.contains(&b'\n') {
-                put_header(out, b'!', b.len() as i64);
-                out.put_slice(b);
-                out.put_slice(b"\r\n");
-            } else {
-                line(out, b'-', b);
-            }
-        }
-        Value::Int(i) => line(out, b':', i.to_string().as_bytes()),
-        Value::Bulk(b) => put_bulk(out, b),
-        Value::Double(b) => line(out, b',', b),
-        Value::BigNumber(b) => line(out, b'(', b),
-        Value::Bool(t) => out.put_slice(if *t { b"#t\r\n" } else { b"#f\r\n" }),
-        Value::Verbatim(b) => {
-            put_header(out, b'=', b.len() as i64);
-            out.put_slice(b);
-            out.put_slice(b"\r\n");
-        }
-        Value::Array(items) | Value::Set(items) | Value::Push(items) => {
-            let kind = match v {
-                Value::Array(_) => b'*',
-                Value::Set(_) => b'~',
-                _ => b'>',
-            };
-            put_header(out, kind, items.len() as i64);
-            for i in items {
-                encode_value(out, i);
-            }
-        }
-        Value::Map(kv) => {
-            put_header(out, b'%', kv.len() as i64);
-            for (k, v) in kv {
-                encode_value(out, k);
-                encode_value(out, v);
-            }
-        }
-    }
 }
 
 /// Whether `raw` (a multibulk request as the parser consumed it) is the

@@ -205,21 +205,32 @@ impl WriteConfig {
     /// Upper bounds of the batch-size buckets below a full batch: 1, 10,
     /// 50 and `batch - 1`, those below `batch` and each above the one
     /// before. Sizes above the last bound are full batches (`batch`).
-    pub fn batch_size_bounds(&self) -> Vec<usize> {
-        let mut out: Vec<usize> = Vec::with_capacity(4);
-        for b in [1, 10, 50, self.batch.saturating_sub(1)] {
-            if b >= 1 && b < self.batch && out.last().map_or(true, |&l| b > l) {
-                out.push(b);
-            }
-        }
-        out
+    pub fn batch_size_bounds(&self) -> impl Iterator<Item = usize> {
+        let batch = self.batch;
+        let mut last = 0;
+        [1, 10, 50, batch.saturating_sub(1)]
+            .into_iter()
+            .filter(move |&b| {
+                let keep = b > last && b < batch;
+                if keep {
+                    last = b;
+                }
+                keep
+            })
     }
 
     /// The bucket of a batch of `n` writes: the first bound `n` is within,
-    /// else the full-batch bucket (index `batch_size_bounds().len()`).
+    /// else the full-batch bucket (the number of bounds). No allocation:
+    /// it runs once per batch sent.
     pub fn batch_size_bucket(&self, n: usize) -> usize {
-        let bounds = self.batch_size_bounds();
-        bounds.iter().position(|&b| n <= b).unwrap_or(bounds.len())
+        let mut i = 0;
+        for b in self.batch_size_bounds() {
+            if n <= b {
+                return i;
+            }
+            i += 1;
+        }
+        i
     }
 }
 
@@ -370,15 +381,16 @@ mod tests {
             batch,
             ..WriteConfig::default()
         };
-        assert_eq!(w(200).batch_size_bounds(), [1, 10, 50, 199]);
+        let bounds = |batch| w(batch).batch_size_bounds().collect::<Vec<_>>();
+        assert_eq!(bounds(200), [1, 10, 50, 199]);
         assert_eq!(w(200).batch_size_bucket(1), 0);
         assert_eq!(w(200).batch_size_bucket(51), 3);
         assert_eq!(w(200).batch_size_bucket(200), 4);
-        assert_eq!(w(20).batch_size_bounds(), [1, 10, 19]);
+        assert_eq!(bounds(20), [1, 10, 19]);
         assert_eq!(w(20).batch_size_bucket(20), 3);
-        assert_eq!(w(11).batch_size_bounds(), [1, 10]);
-        assert_eq!(w(2).batch_size_bounds(), [1]);
-        assert!(w(1).batch_size_bounds().is_empty());
+        assert_eq!(bounds(11), [1, 10]);
+        assert_eq!(bounds(2), [1]);
+        assert!(bounds(1).is_empty());
         assert_eq!(w(1).batch_size_bucket(1), 0);
     }
 

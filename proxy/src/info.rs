@@ -240,10 +240,10 @@ fn write_behind(s: &Shared) -> String {
 /// `1=…,2-10=…,11-50=…,51-199=…,200+=…` for the buckets of the configured
 /// batch size (these are the default's).
 fn batch_sizes(cfg: &sidecache_pool::WriteConfig, counts: &[AtomicU64]) -> String {
-    let bounds = cfg.batch_size_bounds();
     let mut out = String::new();
     let mut low = 1;
-    for (i, &b) in bounds.iter().enumerate() {
+    let mut full = 0;
+    for (i, b) in cfg.batch_size_bounds().enumerate() {
         let name = if b == low {
             b.to_string()
         } else {
@@ -251,8 +251,9 @@ fn batch_sizes(cfg: &sidecache_pool::WriteConfig, counts: &[AtomicU64]) -> Strin
         };
         out.push_str(&format!("{name}={},", counts.get(i).map_or(0, load)));
         low = b + 1;
+        full = i + 1;
     }
-    let full = counts.get(bounds.len()).map_or(0, load);
+    let full = counts.get(full).map_or(0, load);
     out.push_str(&format!("{}+={full}", cfg.batch));
     out
 }

@@ -7,8 +7,9 @@
 //! arrives in pieces. [`Value`] is the decoded form, used only where the proxy
 //! must look inside a reply (merging split commands, topology, COMMAND).
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::encode::put_header;
 use crate::int::parse_i64;
 
 /// Deepest nesting [`Value::decode`] accepts; deeper replies are passed
@@ -158,6 +159,51 @@ impl Value {
         let mut pos = 0;
         let v = decode_at(frame, &mut pos, 0)?;
         Ok(v)
+    }
+
+    /// Appends the value as RESP (RESP3 types as RESP3; an error holding
+    /// CR or LF as a blob error), so that decoding it gives it back.
+    pub fn encode(&self, out: &mut BytesMut) {
+        let line = |out: &mut BytesMut, kind: u8, b: &[u8]| {
+            out.put_u8(kind);
+            out.put_slice(b);
+            out.put_slice(b"\r\n");
+        };
+        let blob = |out: &mut BytesMut, kind: u8, b: &[u8]| {
+            put_header(out, kind, b.len() as i64);
+            out.put_slice(b);
+            out.put_slice(b"\r\n");
+        };
+        match self {
+            Value::Nil => out.put_slice(b"_\r\n"),
+            Value::Status(b) => line(out, b'+', b),
+            Value::Error(b) if b.contains(&b'\r') || b.contains(&b'\n') => blob(out, b'!', b),
+            Value::Error(b) => line(out, b'-', b),
+            Value::Int(i) => line(out, b':', itoa::Buffer::new().format(*i).as_bytes()),
+            Value::Bulk(b) => blob(out, b'$', b),
+            Value::Double(b) => line(out, b',', b),
+            Value::BigNumber(b) => line(out, b'(', b),
+            Value::Bool(t) => out.put_slice(if *t { b"#t\r\n" } else { b"#f\r\n" }),
+            Value::Verbatim(b) => blob(out, b'=', b),
+            Value::Array(items) | Value::Set(items) | Value::Push(items) => {
+                let kind = match self {
+                    Value::Array(_) => b'*',
+                    Value::Set(_) => b'~',
+                    _ => b'>',
+                };
+                put_header(out, kind, items.len() as i64);
+                for i in items {
+                    i.encode(out);
+                }
+            }
+            Value::Map(kv) => {
+                put_header(out, b'%', kv.len() as i64);
+                for (k, v) in kv {
+                    k.encode(out);
+                    v.encode(out);
+                }
+            }
+        }
     }
 
     /// The bytes of a bulk, status or verbatim string.

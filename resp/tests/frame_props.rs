@@ -3,9 +3,8 @@
 //! the same frames as the whole stream. (The cargo-fuzz targets in `fuzz/`
 //! check the same properties on arbitrary bytes.)
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use sidecache_resp::encode::{put_bulk, put_header};
 use sidecache_resp::frame::{Scanner, Value};
 
 fn text() -> impl Strategy<Value = Bytes> {
@@ -44,53 +43,6 @@ fn value() -> impl Strategy<Value = Value> {
     })
 }
 
-/// RESP2/RESP3 encoding of a value (errors with CR/LF as blob errors).
-fn encode(out: &mut BytesMut, v: &Value) {
-    let line = |out: &mut BytesMut, kind: u8, b: &[u8]| {
-        out.put_u8(kind);
-        out.put_slice(b);
-        out.put_slice(b"\r\n");
-    };
-    match v {
-        Value::Nil => out.put_slice(b"_\r\n"),
-        Value::Status(b) => line(out, b'+', b),
-        Value::Error(b) if b.contains(&b'\r') || b.contains(&b'\n') => {
-            put_header(out, b'!', b.len() as i64);
-            out.put_slice(b);
-            out.put_slice(b"\r\n");
-        }
-        Value::Error(b) => line(out, b'-', b),
-        Value::Int(i) => line(out, b':', i.to_string().as_bytes()),
-        Value::Bulk(b) => put_bulk(out, b),
-        Value::Double(b) => line(out, b',', b),
-        Value::BigNumber(b) => line(out, b'(', b),
-        Value::Bool(t) => out.put_slice(if *t { b"#t\r\n" } else { b"#f\r\n" }),
-        Value::Verbatim(b) => {
-            put_header(out, b'=', b.len() as i64);
-            out.put_slice(b);
-            out.put_slice(b"\r\n");
-        }
-        Value::Array(items) | Value::Set(items) | Value::Push(items) => {
-            let kind = match v {
-                Value::Array(_) => b'*',
-                Value::Set(_) => b'~',
-                _ => b'>',
-            };
-            put_header(out, kind, items.len() as i64);
-            for i in items {
-                encode(out, i);
-            }
-        }
-        Value::Map(kv) => {
-            put_header(out, b'%', kv.len() as i64);
-            for (k, v) in kv {
-                encode(out, k);
-                encode(out, v);
-            }
-        }
-    }
-}
-
 /// Frame lengths found scanning `stream` as it arrives in pieces ending at
 /// `cuts` (taken modulo the length).
 fn scan_in_pieces(stream: &[u8], cuts: &[usize]) -> Vec<usize> {
@@ -116,7 +68,7 @@ proptest! {
     #[test]
     fn reply_round_trip(v in value()) {
         let mut b = BytesMut::new();
-        encode(&mut b, &v);
+        v.encode(&mut b);
         let frame = b.freeze();
         prop_assert_eq!(Scanner::new().scan(&frame), Ok(Some(frame.len())));
         prop_assert_eq!(Value::decode(&frame), Ok(v));
@@ -137,7 +89,7 @@ proptest! {
         let mut lens = Vec::new();
         for v in &vs {
             let before = b.len();
-            encode(&mut b, v);
+            v.encode(&mut b);
             lens.push(b.len() - before);
         }
         let stream = b.freeze();

@@ -169,11 +169,7 @@ fn coherence(o: &Options) -> Result<pool::Coherence, ConfigError> {
     };
     Ok(pool::Coherence::Tracking {
         mode,
-        prefixes: o
-            .l1_include_prefix
-            .iter()
-            .map(|p| p.as_bytes().to_vec())
-            .collect(),
+        prefixes: bytes_of(&o.l1_include_prefix),
         peer_channel,
     })
 }
@@ -229,7 +225,6 @@ pub(super) fn runtime(o: &Options) -> Result<(Option<SocketAddr>, Duration, usiz
 
 /// The L1 (`--l1-*`).
 pub(super) fn l1(o: &Options) -> Result<L1Config, ConfigError> {
-    let prefixes = |ps: &[String]| ps.iter().map(|p| p.as_bytes().to_vec()).collect();
     Ok(L1Config {
         max_bytes: size(
             "--l1-max-bytes",
@@ -250,8 +245,8 @@ pub(super) fn l1(o: &Options) -> Result<L1Config, ConfigError> {
             Some(v) => Some(secs("--l1-cache-nil", Some(v), 0.0)?),
             None => None,
         },
-        include_prefixes: prefixes(&o.l1_include_prefix),
-        exclude_prefixes: prefixes(&o.l1_exclude_prefix),
+        include_prefixes: bytes_of(&o.l1_include_prefix),
+        exclude_prefixes: bytes_of(&o.l1_exclude_prefix),
     })
 }
 
@@ -270,4 +265,9 @@ pub(super) fn requirepass(o: &Options, listen: SocketAddr) -> Result<Option<Stri
         ));
     }
     Ok(requirepass)
+}
+
+/// Key prefixes as given, as bytes.
+fn bytes_of(prefixes: &[String]) -> Vec<Vec<u8>> {
+    prefixes.iter().map(|p| p.as_bytes().to_vec()).collect()
 }

@@ -254,7 +254,6 @@ fn write_flushes(s: &Shared, o: &mut Out) {
         .write_behind()
         .config()
         .batch_size_bounds()
-        .into_iter()
         .map(|b| b as f64)
         .zip(&ws.batch_sizes)
         .map(|(le, n)| {
