@@ -262,6 +262,18 @@ fn batch_sizes(cfg: &sidecache_pool::WriteConfig, counts: &[AtomicU64]) -> Strin
 mod tests {
     use super::*;
 
+    #[test]
+    fn batch_sizes_name_the_configured_buckets() {
+        let counts: Vec<AtomicU64> = (1..=5).map(AtomicU64::new).collect();
+        let cfg = sidecache_pool::WriteConfig::default();
+        assert_eq!(
+            batch_sizes(&cfg, &counts),
+            "1=1,2-10=2,11-50=3,51-199=4,200+=5"
+        );
+        let cfg = sidecache_pool::WriteConfig { batch: 20, ..cfg };
+        assert_eq!(batch_sizes(&cfg, &counts), "1=1,2-10=2,11-19=3,20+=4");
+    }
+
     fn sel(args: &[&str]) -> (Sections, bool) {
         let args: Vec<Bytes> = args
             .iter()
