@@ -320,8 +320,6 @@ pub struct UpstreamConfig {
     pub refresh_interval: Duration,
     /// Extra CA certificates (PEM) to trust for `rediss://`.
     pub tls_ca_file: Option<PathBuf>,
-    /// Largest reply bulk accepted from upstream.
-    pub max_reply_bulk: usize,
     /// Write-behind batching and queue bounds.
     pub write: WriteConfig,
     /// How the L1 stays coherent with other writers.
@@ -341,7 +339,6 @@ impl Default for UpstreamConfig {
             max_session_connections: DEFAULT_MAX_SESSION_CONNECTIONS,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             tls_ca_file: None,
-            max_reply_bulk: 1 << 30,
             write: WriteConfig::default(),
             coherence: Coherence::default(),
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),

@@ -12,14 +12,16 @@
 //! - [`cluster`]: hash slots ([`cluster::slot`]), the slot → node map
 //!   ([`cluster::topology`], replaced whole on refresh), and the pure
 //!   MOVED/ASK/TRYAGAIN decision ([`cluster::redirect`]).
-//! - [`conn`]: opening one connection ([`conn::connect`]: TCP/TLS,
+//! - `conn` (private): opening one connection (`conn::connect`: TCP/TLS,
 //!   HELLO/AUTH/SELECT); the multiplexed, pipelined connection with its
-//!   reconnecting supervisor ([`conn::mux`]); a node's health as its
-//!   replies show it ([`conn::health`]) and its control connection and
-//!   prober ([`conn::control`]);
-//!   a node's connections per (database, protocol) ([`conn::node`]); and
-//!   connections held by one client (WATCH, a MULTI spanning requests),
-//!   from a bounded pool ([`conn::session`]).
+//!   reconnecting supervisor (`conn::mux`); a node's health as its
+//!   replies show it (`conn::health`) and its control connection and
+//!   prober (`conn::control`);
+//!   a node's connections per (database, protocol) (`conn::node`: outside
+//!   the crate, [`Node`] is a handle that names a node and says how it
+//!   is); and connections held by one client (WATCH, a MULTI spanning
+//!   requests, a blocking command, a subscription), from a bounded pool
+//!   (`conn::session`: [`SessionPool`]).
 //! - [`coherence`]: the invalidation channels of Redis client tracking
 //!   ([`coherence::tracking`]: the no-stale-read argument lives there) and
 //!   the peer pub/sub fallback ([`coherence::peer`]).
@@ -27,7 +29,10 @@
 //!   flushed in pipelined batches, in order, with retries and a drain; its
 //!   `batcher` part sends them, its `tracked` part wraps them for optin
 //!   tracking.
-//! - [`upstream`]: the router tying it together; its `slotmap` part reads,
+//! - [`upstream`]: the router tying it together. [`Upstream::submit`] is
+//!   the one way to send a client's pipeline to a node: it waits for the
+//!   write-behind writes the pipeline must not overtake, picks the
+//!   connection and owns the errors (`submit` part). Its `slotmap` part reads,
 //!   installs and refreshes the cluster's slot map and keeps the masters
 //!   that left it while their queued writes are re-routed (where a failover
 //!   re-routes queued writes).
@@ -40,7 +45,7 @@
 pub mod cluster;
 pub mod coherence;
 pub mod config;
-pub mod conn;
+pub(crate) mod conn;
 mod dispatch;
 pub mod error;
 pub mod upstream;
@@ -49,7 +54,12 @@ pub mod write_behind;
 pub use cluster::slot::Slot;
 pub use config::WriteConfig;
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};
+pub use conn::connect::{set_keepalive, ReadHalf, WriteHalf};
+pub use conn::health::HealthStats;
+pub use conn::mux::Replies;
+pub use conn::node::Node;
+pub use conn::session::{SessionConn, SessionPool, SessionStats, Spliced};
 pub use dispatch::Target;
 pub use error::{Error, Result};
-pub use upstream::{ServerInfo, Upstream};
+pub use upstream::{Lane, Pending, ServerInfo, Submitted, Upstream};
 pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteListener};

@@ -43,6 +43,9 @@ mod dispatch;
 mod health;
 mod slotmap;
 mod startup;
+mod submit;
+
+pub use submit::{Lane, Pending, Submitted};
 
 struct Inner {
     cfg: UpstreamConfig,
@@ -313,7 +316,7 @@ impl Upstream {
     /// which also carries the write-behind batches of that database (see
     /// [`crate::coherence::tracking`]). `None` without an optin channel, or for
     /// another database than the one clients start in (not cached).
-    pub fn fill_conn(&self, node: &Node, db: u16) -> Option<MuxConn> {
+    pub(crate) fn fill_conn(&self, node: &Node, db: u16) -> Option<MuxConn> {
         node.optin()?;
         node.write_conn(db)
     }
@@ -361,11 +364,13 @@ impl Upstream {
         self.inner.refresh.notify_one();
     }
 
-    /// Sends `count` encoded commands to one node as a unit.
+    /// Sends `count` encoded commands to one node as a unit and waits for
+    /// the replies (`--upstream-timeout`), without waiting for queued
+    /// writes: for redirects and the batchers' own retries.
     ///
     /// # Errors
     /// Connection errors; [`Error::Config`] for a database out of range.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         node: &Node,
         session: Session,

@@ -34,10 +34,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::cluster::topology::Topology;
-use sidecache_pool::conn::mux::Replies;
+use sidecache_pool::Replies;
 use sidecache_pool::{Proto, Session, Slot};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -184,7 +183,7 @@ impl Pending {
 struct Builder {
     buf: BytesMut,
     count: usize,
-    rx: Option<oneshot::Receiver<sidecache_pool::Result<Replies>>>,
+    rx: Option<sidecache_pool::Pending>,
     result: Option<Result<Replies, sidecache_pool::Error>>,
 }
 

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sidecache_pool::config::NodeAddr;
-use sidecache_pool::conn::session::SessionPool;
+use sidecache_pool::SessionPool;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 

@@ -182,7 +182,7 @@ fn spawn_tcp_accept(
             };
             let _ = stream.set_nodelay(true);
             if let Some(idle) = shared.config.tcp_keepalive {
-                let _ = sidecache_pool::conn::connect::set_keepalive(&stream, idle);
+                let _ = sidecache_pool::set_keepalive(&stream, idle);
             }
             let laddr = stream
                 .local_addr()

@@ -137,9 +137,7 @@ pub struct Shared {
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     /// Clients blocked now: their node and the upstream id of the held
     /// connection their command blocks on (for CLIENT UNBLOCK).
-    pub blocked: Mutex<
-        std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::conn::node::Node>, i64)>,
-    >,
+    pub blocked: Mutex<std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::Node>, i64)>>,
 }
 
 impl Shared {
@@ -188,7 +186,7 @@ impl Shared {
             .topology()
             .nodes()
             .iter()
-            .filter_map(|n| Some((n.addr().to_string(), n.channel()?.is_up())))
+            .filter_map(|n| Some((n.addr().to_string(), n.tracking_up()?)))
             .collect()
     }
 

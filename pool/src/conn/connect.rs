@@ -23,7 +23,6 @@ pub struct Connector {
     tls: Option<tokio_rustls::TlsConnector>,
     credentials: Option<Credentials>,
     connect_timeout: Duration,
-    max_reply_bulk: usize,
     keepalive: Option<Duration>,
 }
 
@@ -74,7 +73,6 @@ impl Connector {
             tls,
             credentials: first.credentials.clone(),
             connect_timeout: cfg.connect_timeout,
-            max_reply_bulk: cfg.max_reply_bulk,
             keepalive: cfg.tcp_keepalive,
         })
     }
@@ -82,11 +80,6 @@ impl Connector {
     /// How long a connect (and its handshake) may take.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
-    }
-
-    /// Largest bulk accepted in a reply.
-    pub fn max_reply_bulk(&self) -> usize {
-        self.max_reply_bulk
     }
 
     /// Connects and performs the handshake for `session`.

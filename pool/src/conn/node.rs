@@ -11,7 +11,9 @@ use crate::conn::health::Health;
 use crate::conn::mux::MuxConn;
 use crate::write_behind::WriteQueue;
 
-/// An upstream node (a master).
+/// An upstream node (a master). Outside this crate, a handle that names
+/// the node and says how it is; commands reach it through
+/// [`crate::Upstream::submit`].
 #[derive(Debug)]
 pub struct Node {
     addr: NodeAddr,
@@ -85,12 +87,12 @@ impl Node {
     }
 
     /// The node's health, as its replies show it.
-    pub fn health(&self) -> &Arc<Health> {
+    pub(crate) fn health(&self) -> &Arc<Health> {
         &self.health
     }
 
     /// The node's control connection.
-    pub fn control(&self) -> &Arc<Control> {
+    pub(crate) fn control(&self) -> &Arc<Control> {
         &self.control
     }
 
@@ -102,7 +104,7 @@ impl Node {
     }
 
     /// The invalidation channel, when tracking is on.
-    pub fn channel(&self) -> Option<&Arc<Channel>> {
+    pub(crate) fn channel(&self) -> Option<&Arc<Channel>> {
         self.channel.as_ref()
     }
 
@@ -140,14 +142,30 @@ impl Node {
         &self.addr
     }
 
-    /// Number of databases this node accepts in SELECT.
-    pub fn databases(&self) -> u16 {
-        (self.pools.len() / 2) as u16
+    /// Whether the node answers as a healthy master (see
+    /// `conn::health`).
+    pub fn is_healthy(&self) -> bool {
+        self.health.is_healthy()
+    }
+
+    /// Whether its invalidation channel is up; `None` when tracking is off.
+    pub fn tracking_up(&self) -> Option<bool> {
+        self.channel.as_ref().map(|c| c.is_up())
+    }
+
+    /// Sends one encoded command on the node's control connection (not
+    /// shared with clients' commands, so it is not queued behind them:
+    /// `CLIENT UNBLOCK`, `CLIENT KILL`, probes) and waits for its reply.
+    ///
+    /// # Errors
+    /// The connection's error, or a timeout (`--connect-timeout`).
+    pub async fn control_call(&self, cmd: bytes::Bytes) -> crate::error::Result<bytes::Bytes> {
+        self.control.call(cmd).await
     }
 
     /// Barriers on every database's write-behind queue that has writes
     /// pending (FLUSHALL, SWAPDB, MOVE and COPY … DB reach across databases).
-    pub fn write_barriers(&self) -> impl Iterator<Item = crate::write_behind::Barrier> + '_ {
+    pub(crate) fn write_barriers(&self) -> impl Iterator<Item = crate::write_behind::Barrier> + '_ {
         self.writers
             .iter()
             .filter_map(|w| w.get())
@@ -155,7 +173,7 @@ impl Node {
     }
 
     /// Whether any database's write-behind queue has writes not yet flushed.
-    pub fn has_pending_writes(&self) -> bool {
+    pub(crate) fn has_pending_writes(&self) -> bool {
         self.writers
             .iter()
             .filter_map(|w| w.get())
@@ -163,7 +181,7 @@ impl Node {
     }
 
     /// The write-behind queue of `db`, if writes were ever queued there.
-    pub fn write_queue(&self, db: u16) -> Option<&WriteQueue> {
+    pub(crate) fn write_queue(&self, db: u16) -> Option<&WriteQueue> {
         self.writers.get(usize::from(db))?.get()
     }
 
@@ -179,7 +197,7 @@ impl Node {
     /// The connection for `session`; `hint` spreads clients over the pool
     /// and keeps one client on one connection (its commands stay in order).
     /// `None` when the database is out of range.
-    pub fn conn(&self, session: Session, hint: usize) -> Option<&MuxConn> {
+    pub(crate) fn conn(&self, session: Session, hint: usize) -> Option<&MuxConn> {
         let idx = usize::from(session.db) * 2 + usize::from(session.proto == Proto::Resp3);
         let pool = self.pools.get(idx)?.get_or_init(|| {
             (0..self.pool_size)

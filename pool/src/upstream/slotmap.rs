@@ -28,7 +28,7 @@ impl Upstream {
     /// Records `node` as the slot's owner before the caller queues the
     /// write; a concurrent write to the same slot on the old node queued
     /// after this check is a write the new owner will MOVED-redirect in order.
-    pub fn reroute_barrier(
+    pub(crate) fn reroute_barrier(
         &self,
         slot: Slot,
         node: &Arc<Node>,
@@ -66,7 +66,7 @@ impl Upstream {
     /// slots' new owners). A command sent to any master waits for them
     /// too, so it cannot overtake an earlier write to its keys. Empty, and
     /// no lock taken, in the common case of no such node.
-    pub fn retired_barriers(&self) -> Vec<crate::write_behind::Barrier> {
+    pub(crate) fn retired_barriers(&self) -> Vec<crate::write_behind::Barrier> {
         if !self
             .inner
             .has_retired

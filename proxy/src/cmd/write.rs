@@ -127,7 +127,7 @@ fn set_options(opts: &[Bytes], now_ms: i64) -> Option<Expiry> {
     Some(expiry)
 }
 
-/// At most how many bytes [`encode`] writes for `pairs`: headers and
+/// At most how many bytes [`encode()`] writes for `pairs`: headers and
 /// lengths take at most 32 bytes per argument, with up to 4 more arguments.
 pub fn encoded_bound(args: &[Bytes], pairs: &[(usize, usize)]) -> usize {
     pairs

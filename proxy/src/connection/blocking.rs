@@ -186,7 +186,7 @@ impl Client {
                         &mut unblock,
                         &[b"CLIENT".as_slice(), b"UNBLOCK", ib.format(id).as_bytes()],
                     );
-                    let _ = n.control().call(unblock.freeze()).await;
+                    let _ = n.control_call(unblock.freeze()).await;
                 }
                 self.shared
                     .stats
@@ -294,7 +294,7 @@ impl Client {
                             parts.push(m);
                         }
                         encode::encode_command(&mut cmd, &parts);
-                        match node.control().call(cmd.freeze()).await {
+                        match node.control_call(cmd.freeze()).await {
                             Ok(f) => f,
                             Err(e) => {
                                 let mut b = BytesMut::new();

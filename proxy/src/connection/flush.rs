@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::Proto;
+use sidecache_pool::{Lane, Proto};
 use sidecache_resp::encode::Reply;
 use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::frame::{self, Value};
@@ -40,7 +40,7 @@ impl Client {
             .command_timeout()
             .map(|t| tokio::time::Instant::now() + t);
         self.submit(deadline).await;
-        self.receive(deadline).await;
+        self.receive().await;
         self.note_failures();
         let mut pending = std::mem::take(&mut self.pending);
         self.publish(&mut pending).await;
@@ -55,21 +55,23 @@ impl Client {
         self.end_batch(largest, errors);
     }
 
-    /// Sends each node's pipeline as one submit, once the write-behind
-    /// writes it must not overtake reached upstream; a pipeline that
-    /// cannot go gets its error as its result.
+    /// Sends each node's pipeline as one [`Upstream::submit`] (which first
+    /// waits for the write-behind writes it must not overtake); a pipeline
+    /// that cannot go gets its error as its result.
+    ///
+    /// [`Upstream::submit`]: sidecache_pool::Upstream::submit
     async fn submit(&mut self, deadline: Option<tokio::time::Instant>) {
         let session = self.session();
         let hint = self.hint();
         // The client's connections, then (optin tracking) the fill
         // connections: each node's fills go as one pipeline too.
         for fill in [false, true] {
-            let lane = if fill {
-                &mut self.fills
+            let (lanes, lane) = if fill {
+                (&mut self.fills, Lane::Fill { db: session.db })
             } else {
-                &mut self.builders
+                (&mut self.builders, Lane::Client { session, hint })
             };
-            for (i, b) in lane.iter_mut().enumerate() {
+            for (i, b) in lanes.iter_mut().enumerate() {
                 if b.count == 0 {
                     continue;
                 }
@@ -79,60 +81,32 @@ impl Client {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                let (waited, late) = wait_queued_writes(&self.shared, node).await;
+                let sent = self
+                    .shared
+                    .upstream
+                    .submit(node, lane, payload, count, deadline)
+                    .await;
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.commands.fetch_add(count as u64, Ordering::Relaxed);
-                    if waited {
+                    if sent.waited {
                         c.write_waits.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                if late {
-                    b.result = Some(Err(sidecache_pool::Error::WritesPending {
-                        addr: node.addr().to_string(),
-                    }));
-                    continue;
-                }
-                let owned;
-                let conn = if fill {
-                    owned = self.shared.upstream.fill_conn(node, session.db);
-                    owned.as_ref()
-                } else {
-                    node.conn(session, hint)
-                };
-                match conn {
-                    Some(conn) => match within(deadline, conn.submit(payload, count)).await {
-                        Some(Ok(rx)) => b.rx = Some(rx),
-                        Some(Err(e)) => b.result = Some(Err(e)),
-                        None => b.result = Some(Err(timed_out(node))),
-                    },
-                    None => {
-                        b.result = Some(Err(sidecache_pool::Error::Config(
-                            "database out of range".into(),
-                        )))
-                    }
+                match sent.replies {
+                    Ok(rx) => b.rx = Some(rx),
+                    Err(e) => b.result = Some(Err(e)),
                 }
             }
         }
     }
 
-    /// Waits for every submitted pipeline's replies (until `deadline`).
-    async fn receive(&mut self, deadline: Option<tokio::time::Instant>) {
-        for fill in [false, true] {
-            let lane = if fill {
-                &mut self.fills
-            } else {
-                &mut self.builders
-            };
-            for (i, b) in lane.iter_mut().enumerate() {
+    /// Waits for every submitted pipeline's replies (until the deadline
+    /// they were submitted with).
+    async fn receive(&mut self) {
+        for lanes in [&mut self.builders, &mut self.fills] {
+            for b in lanes.iter_mut() {
                 if let Some(rx) = b.rx.take() {
-                    b.result = Some(match within(deadline, rx).await {
-                        Some(r) => r.unwrap_or(Err(sidecache_pool::Error::Closed)),
-                        None => Err(self
-                            .topo
-                            .nodes()
-                            .get(i)
-                            .map_or(sidecache_pool::Error::Closed, |n| timed_out(n))),
-                    });
+                    b.result = Some(rx.replies().await);
                 }
             }
         }
@@ -547,51 +521,6 @@ impl Client {
             .upstream
             .follow(self.session(), self.hint(), slot, cmd, frame)
             .await
-    }
-}
-
-/// `fut`'s output, or `None` once `deadline` passed (no deadline: waits).
-async fn within<F: std::future::Future>(
-    deadline: Option<tokio::time::Instant>,
-    fut: F,
-) -> Option<F::Output> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
-        None => Some(fut.await),
-    }
-}
-
-/// Waits for everything queued for write-behind on `node` before now, each
-/// wait bounded by `--write-queue-timeout`: whether there was any, and
-/// whether some was not flushed in time.
-async fn wait_queued_writes(
-    shared: &crate::state::Shared,
-    node: &sidecache_pool::conn::node::Node,
-) -> (bool, bool) {
-    // Everything queued for write-behind on this node before now
-    // reaches upstream first (per-key order, read-your-writes).
-    // Bounded: a client never hangs behind an unreachable upstream.
-    // All databases: FLUSHALL, SWAPDB, MOVE and COPY … DB reach
-    // across them.
-    let limit = shared.upstream.write_behind().config().queue_timeout;
-    let mut late = false;
-    let mut waited = false;
-    // And writes still queued for a master that left the slot map:
-    // they are on their way to its slots' new owners, maybe this one.
-    let retired = shared.upstream.retired_barriers();
-    for barrier in node.write_barriers().chain(retired) {
-        waited = true;
-        if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
-            late = true;
-            break;
-        }
-    }
-    (waited, late)
-}
-
-fn timed_out(node: &sidecache_pool::conn::node::Node) -> sidecache_pool::Error {
-    sidecache_pool::Error::Timeout {
-        addr: node.addr().to_string(),
     }
 }
 

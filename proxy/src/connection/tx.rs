@@ -32,7 +32,7 @@
 //! error, and the EXEC then aborts (`-EXECABORT`) without running anything.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use sidecache_pool::conn::session::SessionConn;
+use sidecache_pool::SessionConn;
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::request::Request;
@@ -412,18 +412,9 @@ impl Client {
     /// the map) have landed, bounded by `--write-queue-timeout`.
     pub(super) async fn wait_writes(
         &mut self,
-        node: &sidecache_pool::conn::node::Node,
+        node: &sidecache_pool::Node,
     ) -> Result<(), sidecache_pool::Error> {
-        let limit = self.shared.upstream.write_behind().config().queue_timeout;
-        let retired = self.shared.upstream.retired_barriers();
-        for b in node.write_barriers().chain(retired) {
-            if tokio::time::timeout(limit, b.wait()).await.is_err() {
-                return Err(sidecache_pool::Error::WritesPending {
-                    addr: node.addr().to_string(),
-                });
-            }
-        }
-        Ok(())
+        self.shared.upstream.wait_writes(node).await.map(drop)
     }
 
     fn tx_upstream_error(&mut self, e: &sidecache_pool::Error) {

@@ -50,20 +50,15 @@ impl Client {
         }
         // A slot that moved since its last queued write: wait until the old
         // owner's queue has applied it (bounded), so a key's writes stay in order.
-        let limit = self.shared.upstream.write_behind().config().queue_timeout;
         for (node, slot, _) in &groups {
             let (Some(slot), Some(n)) = (slot, self.topo.nodes().get(*node)) else {
                 continue;
             };
-            if let Some(b) = self.shared.upstream.reroute_barrier(*slot, n, self.st.db) {
-                if tokio::time::timeout(limit, b.wait()).await.is_err() {
-                    let e = sidecache_pool::Error::WritesPending {
-                        addr: n.addr().to_string(),
-                    };
-                    let msg = format!("ERR {e}");
-                    self.local_reply(|r| r.error(&msg));
-                    return true;
-                }
+            let moved = self.shared.upstream.wait_reroute(*slot, n, self.st.db);
+            if let Err(e) = moved.await {
+                let msg = format!("ERR {e}");
+                self.local_reply(|r| r.error(&msg));
+                return true;
             }
         }
         // Nothing already bound for these nodes may be overtaken.

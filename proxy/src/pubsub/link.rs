@@ -12,7 +12,7 @@ use std::sync::Weak;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::config::NodeAddr;
-use sidecache_pool::conn::session::SessionPool;
+use sidecache_pool::SessionPool;
 use sidecache_pool::{Proto, Session};
 use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Scanner, Value};
@@ -76,7 +76,7 @@ pub(super) async fn run(
 async fn serve(
     hub: &Weak<Hub>,
     id: u64,
-    conn: sidecache_pool::conn::session::Spliced,
+    conn: sidecache_pool::Spliced,
     rx: &mut mpsc::Receiver<Cmd>,
 ) -> &'static str {
     let mut rd = conn.rd;
@@ -134,7 +134,7 @@ async fn serve(
 async fn drain(
     hub: &Weak<Hub>,
     id: u64,
-    rd: &mut sidecache_pool::conn::connect::ReadHalf,
+    rd: &mut sidecache_pool::ReadHalf,
     buf: &mut BytesMut,
     scanner: &mut Scanner,
     sent: &mut VecDeque<(Kind, Bytes, bool)>,

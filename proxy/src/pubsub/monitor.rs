@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::config::NodeAddr;
-use sidecache_pool::conn::session::SessionPool;
+use sidecache_pool::SessionPool;
 use sidecache_pool::{Proto, Session};
 use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -4,7 +4,7 @@
 /// A locally answered command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Local {
-    /// PING [message]
+    /// PING \[message\]
     Ping,
     /// ECHO message
     Echo,
@@ -14,7 +14,7 @@ pub enum Local {
     Select,
     /// HELLO [protover [AUTH user pass] [SETNAME name]]
     Hello,
-    /// AUTH [user] pass
+    /// AUTH \[user\] pass
     Auth,
     /// CLIENT subcommand …
     Client,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::cluster::redirect::{self, Action};
-use sidecache_pool::Slot;
+use sidecache_pool::{Lane, Slot};
 use sidecache_resp::encode;
 use sidecache_resp::frame;
 use sidecache_resp::request::Request;
@@ -502,9 +502,19 @@ impl Client {
         }
         payload.extend_from_slice(block);
         let n = count + usize::from(asking);
-        let mut r = up
-            .call(&node, self.session(), self.hint(), payload.freeze(), n)
-            .await?;
+        let lane = Lane::Client {
+            session: self.session(),
+            hint: self.hint(),
+        };
+        let deadline = up
+            .command_timeout()
+            .map(|t| tokio::time::Instant::now() + t);
+        let sent = up.submit(&node, lane, payload.freeze(), n, deadline).await;
+        let replies = match sent.replies {
+            Ok(rx) => rx.replies().await,
+            Err(e) => Err(e),
+        };
+        let mut r = replies.inspect_err(|e| up.note_failure(e))?;
         if asking && !r.is_empty() {
             r.remove(0);
         }

@@ -417,7 +417,7 @@ fn upstream(s: &Shared, o: &mut Out) {
         o.gauge(
             "sidecache_upstream_healthy",
             &[("shard", &n.addr().to_string())],
-            if n.health().is_healthy() { 1.0 } else { 0.0 },
+            if n.is_healthy() { 1.0 } else { 0.0 },
         );
     }
     for (kind, c) in ["moved", "ask"].into_iter().zip(&m.redirects) {
