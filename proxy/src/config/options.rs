@@ -244,73 +244,82 @@ pub struct Options {
 }
 
 impl Options {
-    /// Fills unset options from `file`.
+    /// Fills unset options from `file`: an option given on the command line
+    /// or in the environment wins; a list wins when not empty. Every field
+    /// is named once here, and the struct literal fails to compile when one
+    /// is left out.
     pub(super) fn or(self, file: Options) -> Options {
-        Options {
-            config: self.config,
-            listen: self.listen.or(file.listen),
-            unix_socket: self.unix_socket.or(file.unix_socket),
-            unix_socket_mode: self.unix_socket_mode.or(file.unix_socket_mode),
-            upstream: if self.upstream.is_empty() {
-                file.upstream
-            } else {
-                self.upstream
-            },
-            mode: self.mode.or(file.mode),
-            pool_size: self.pool_size.or(file.pool_size),
-            proto_max_bulk_len: self.proto_max_bulk_len.or(file.proto_max_bulk_len),
-            max_multibulk_len: self.max_multibulk_len.or(file.max_multibulk_len),
-            client_query_buffer_limit: self
-                .client_query_buffer_limit
-                .or(file.client_query_buffer_limit),
-            maxclients: self.maxclients.or(file.maxclients),
-            requirepass: self.requirepass.or(file.requirepass),
-            shutdown_timeout: self.shutdown_timeout.or(file.shutdown_timeout),
-            connect_timeout: self.connect_timeout.or(file.connect_timeout),
-            upstream_timeout: self.upstream_timeout.or(file.upstream_timeout),
-            max_session_connections: self
-                .max_session_connections
-                .or(file.max_session_connections),
-            timeout: self.timeout.or(file.timeout),
-            tcp_keepalive: self.tcp_keepalive.or(file.tcp_keepalive),
-            protected_mode: self.protected_mode.or(file.protected_mode),
-            client_output_buffer_limit: if self.client_output_buffer_limit.is_empty() {
-                file.client_output_buffer_limit
-            } else {
-                self.client_output_buffer_limit
-            },
-            refresh_interval: self.refresh_interval.or(file.refresh_interval),
-            tls_ca_file: self.tls_ca_file.or(file.tls_ca_file),
-            log_level: self.log_level.or(file.log_level),
-            log_format: self.log_format.or(file.log_format),
-            metrics_listen: self.metrics_listen.or(file.metrics_listen),
-            upstream_wait: self.upstream_wait.or(file.upstream_wait),
-            threads: self.threads.or(file.threads),
-            write_mode: self.write_mode.or(file.write_mode),
-            write_batch: self.write_batch.or(file.write_batch),
-            write_pipeline: self.write_pipeline.or(file.write_pipeline),
-            write_flush_interval: self.write_flush_interval.or(file.write_flush_interval),
-            write_queue_max: self.write_queue_max.or(file.write_queue_max),
-            write_queue_timeout: self.write_queue_timeout.or(file.write_queue_timeout),
-            write_queue_max_bytes: self.write_queue_max_bytes.or(file.write_queue_max_bytes),
-            l1_max_bytes: self.l1_max_bytes.or(file.l1_max_bytes),
-            l1_max_value_bytes: self.l1_max_value_bytes.or(file.l1_max_value_bytes),
-            l1_ttl_cap: self.l1_ttl_cap.or(file.l1_ttl_cap),
-            l1_cache_nil: self.l1_cache_nil.or(file.l1_cache_nil),
-            tracking: self.tracking.or(file.tracking),
-            peer_invalidation_channel: self
-                .peer_invalidation_channel
-                .or(file.peer_invalidation_channel),
-            l1_include_prefix: if self.l1_include_prefix.is_empty() {
-                file.l1_include_prefix
-            } else {
-                self.l1_include_prefix
-            },
-            l1_exclude_prefix: if self.l1_exclude_prefix.is_empty() {
-                file.l1_exclude_prefix
-            } else {
-                self.l1_exclude_prefix
-            },
+        macro_rules! merge {
+            ($($field:ident),* $(,)?) => {
+                Options {
+                    config: self.config,
+                    $($field: Unset::or(self.$field, file.$field),)*
+                }
+            };
+        }
+        merge!(
+            listen,
+            unix_socket,
+            unix_socket_mode,
+            upstream,
+            mode,
+            pool_size,
+            proto_max_bulk_len,
+            max_multibulk_len,
+            client_query_buffer_limit,
+            maxclients,
+            requirepass,
+            shutdown_timeout,
+            connect_timeout,
+            upstream_timeout,
+            max_session_connections,
+            timeout,
+            tcp_keepalive,
+            protected_mode,
+            client_output_buffer_limit,
+            refresh_interval,
+            tls_ca_file,
+            log_level,
+            log_format,
+            metrics_listen,
+            upstream_wait,
+            threads,
+            write_mode,
+            write_batch,
+            write_pipeline,
+            write_flush_interval,
+            write_queue_max,
+            write_queue_timeout,
+            write_queue_max_bytes,
+            l1_max_bytes,
+            l1_max_value_bytes,
+            l1_ttl_cap,
+            l1_cache_nil,
+            tracking,
+            peer_invalidation_channel,
+            l1_include_prefix,
+            l1_exclude_prefix,
+        )
+    }
+}
+
+/// An option that may be unset, and how a set one wins over another.
+trait Unset {
+    fn or(self, other: Self) -> Self;
+}
+
+impl<T> Unset for Option<T> {
+    fn or(self, other: Self) -> Self {
+        Option::or(self, other)
+    }
+}
+
+impl<T> Unset for Vec<T> {
+    fn or(self, other: Self) -> Self {
+        if self.is_empty() {
+            other
+        } else {
+            self
         }
     }
 }
