@@ -46,13 +46,14 @@ use crate::cmd::handling::{Handling, Merge};
 use crate::cmd::local::{self, ClientState, Local};
 use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
-use crate::flight::{Fetched, Flight, Joined};
+use crate::connection::flight::{Fetched, Flight, Joined};
 use crate::metrics::{ConnMetrics, Path};
-use crate::state::{ClientEntry, Shared};
+use crate::server::state::{ClientEntry, Shared};
 
 mod blocking;
 mod cache;
 mod dispatch;
+pub mod flight;
 mod flush;
 mod route;
 mod serve;
@@ -155,7 +156,7 @@ enum Pending {
     },
     Info {
         upstream: Option<(u32, u32)>,
-        proxy: crate::info::Sections,
+        proxy: crate::metrics::info::Sections,
     },
     /// PUBLISH or PUBSUB NUMSUB forwarded: its counts adjusted for the
     /// hub's shared subscriptions (boxed: rare, and every pending entry

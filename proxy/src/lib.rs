@@ -2,20 +2,22 @@
 //!
 //! # Layout
 //! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
-//! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown.
+//! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
+//!   [`server::state`] is what all connections share (upstream, table, L1,
+//!   counters, clients).
 //! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
-//!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection).
+//!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection),
+//!   and [`connection::flight`] coalesces concurrent L1 misses on one key.
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.
-//! - [`flight`]: coalescing of concurrent L1 misses on one key.
 //! - [`pubsub`]: shared upstream subscriptions fanned out to local
 //!   subscribers' bounded outboxes, and the MONITOR feed.
-//! - [`state`]: what all connections share (upstream, table, L1, counters, clients).
-//! - [`metrics`]: per-command metrics kept off the hot path, and the
-//!   Prometheus exporter reading every counter at scrape time.
-//! - [`http`]: the `/metrics`, `/healthz`, `/readyz` endpoint.
-//! - [`info`]: the proxy's own INFO sections.
-//! - [`watch`]: once-a-second warnings (topology changes, retries, tracking loss).
+//! - [`metrics`]: what an operator reads: per-command metrics kept off the
+//!   hot path, the Prometheus exporter reading every counter at scrape time
+//!   ([`metrics::export`]), the `/metrics`, `/healthz`, `/readyz` endpoint
+//!   ([`metrics::http`]), the proxy's own INFO sections ([`metrics::info`]),
+//!   and once-a-second warnings ([`metrics::watch`]: topology changes,
+//!   retries, tracking loss).
 //!
 //! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
 //! the wire format (request parser, reply framing, encoders) in
@@ -25,23 +27,18 @@
 pub mod cmd;
 pub mod config;
 pub mod connection;
-pub mod flight;
-pub mod http;
-pub mod info;
 pub mod metrics;
 pub mod pubsub;
 pub mod server;
-pub mod state;
-pub mod watch;
 
 use std::sync::Arc;
 
 use sidecache_pool::{Session, Target, Upstream};
 
 pub use config::{Config, Options};
+pub use server::state::Shared;
 pub use server::{run, Listeners};
 use sidecache_resp::frame::Value;
-pub use state::Shared;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -88,13 +85,13 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     shared
         .upstream
         .write_behind()
-        .set_listener(Arc::new(state::InvalidateOnFailure(Arc::downgrade(
-            &shared,
-        ))));
+        .set_listener(Arc::new(server::state::InvalidateOnFailure(
+            Arc::downgrade(&shared),
+        )));
     shared
         .upstream
-        .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(
-            &shared,
-        ))));
+        .set_coherence_listener(Arc::new(server::state::FollowInvalidations(
+            Arc::downgrade(&shared),
+        )));
     Ok(shared)
 }

@@ -69,7 +69,7 @@ async fn start(config: Config) -> anyhow::Result<()> {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
-                tokio::spawn(sidecache::http::serve(
+                tokio::spawn(sidecache::metrics::http::serve(
                     listener,
                     Arc::clone(&exporter),
                     http_stop.clone(),

@@ -1,7 +1,7 @@
 //! Metrics kept by the proxy itself, and how they stay off the hot path.
 //!
 //! Most figures already exist as relaxed atomic counters owned by the part
-//! that updates them ([`crate::state::Stats`], the L1's stats, the pool's
+//! that updates them ([`crate::server::state::Stats`], the L1's stats, the pool's
 //! write-behind stats); [`export`] reads them at scrape time and nothing
 //! counts them twice. What only a client connection knows — commands by name
 //! and outcome, and the latency clients see — is counted here:
@@ -22,6 +22,9 @@
 //! [`export::FAMILIES`].
 
 pub mod export;
+pub mod http;
+pub mod info;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

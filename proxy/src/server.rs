@@ -2,6 +2,8 @@
 //! and graceful shutdown: stop accepting, let connections finish the batch
 //! in hand, close the pools, all under `--shutdown-timeout`.
 
+pub mod state;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -20,7 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::connection;
-use crate::state::Shared;
+use crate::server::state::Shared;
 
 /// Why a listener could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +125,10 @@ pub async fn run(
         .map(|a| a.to_string())
         .unwrap_or_default();
     info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
-    let watch = tokio::spawn(crate::watch::run(Arc::clone(&shared), cancel.clone()));
+    let watch = tokio::spawn(crate::metrics::watch::run(
+        Arc::clone(&shared),
+        cancel.clone(),
+    ));
 
     let tcp = spawn_tcp_accept(listeners.tcp, &shared, &cancel, &tracker, &slots);
     let unix_path = listeners.unix.as_ref().map(|u| u.1.clone());

@@ -7,7 +7,7 @@ use sidecache_pool::Proto;
 use sidecache_resp::encode::Reply;
 use sidecache_resp::int::parse_i64;
 
-use crate::state::{ClientEntry, Shared};
+use crate::server::state::{ClientEntry, Shared};
 
 pub mod name;
 pub use name::Local;

@@ -22,7 +22,7 @@ use sidecache_resp::request::Request;
 use super::{Client, Fetch, Inval, MgetItem, Pending};
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
-use crate::flight::Role;
+use crate::connection::flight::Role;
 
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.

@@ -19,7 +19,7 @@ use sidecache_resp::frame::{self, Value};
 use super::{Client, Fetch, MgetItem, Part, Pending, SCAN_SHARD_BITS};
 use crate::cmd::handling::Merge;
 use crate::cmd::merge::{self, PartReply};
-use crate::flight::{self, Fetched};
+use crate::connection::flight::{self, Fetched};
 
 impl Client {
     /// Sends the batch's upstream work, waits for it, and writes every
@@ -347,7 +347,7 @@ impl Client {
     async fn reply_info(
         &mut self,
         upstream: Option<(u32, u32)>,
-        proxy: crate::info::Sections,
+        proxy: crate::metrics::info::Sections,
         proto: Proto,
     ) {
         let body = match upstream {
@@ -363,7 +363,8 @@ impl Client {
         match body {
             Err(e) => e.write_reply(&mut self.wbuf),
             Ok(body) => {
-                let mut text = crate::info::render(&self.shared, &self.topo, proxy).into_bytes();
+                let mut text =
+                    crate::metrics::info::render(&self.shared, &self.topo, proxy).into_bytes();
                 if let Some(b) = body {
                     if !proxy.is_empty() && !b.is_empty() {
                         text.extend_from_slice(b"\r\n");

@@ -155,7 +155,7 @@ impl Client {
         });
     }
     pub(super) fn info(&mut self, req: &Request) {
-        let (proxy, upstream) = crate::info::Sections::select(&req.args[1..]);
+        let (proxy, upstream) = crate::metrics::info::Sections::select(&req.args[1..]);
         let upstream = upstream.then(|| self.enqueue(0, &req.raw));
         self.pending.push(Pending::Info { upstream, proxy });
     }

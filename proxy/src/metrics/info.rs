@@ -15,7 +15,7 @@ use sidecache_pool::cluster::topology::Topology;
 
 use crate::config::WriteMode;
 use crate::metrics::export::uncovered_slots;
-use crate::state::Shared;
+use crate::server::state::Shared;
 
 /// Which of the proxy's sections to render.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::metrics::export::uncovered_slots;
-use crate::state::Shared;
+use crate::server::state::Shared;
 
 /// How often the watch looks.
 pub const PERIOD: Duration = Duration::from_secs(1);

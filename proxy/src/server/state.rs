@@ -10,7 +10,7 @@ use bytes::Bytes;
 use sidecache_l1::L1;
 use sidecache_pool::Upstream;
 
-use crate::flight::Flights;
+use crate::connection::flight::Flights;
 use crate::metrics::Metrics;
 
 use crate::cmd::table::CommandTable;
