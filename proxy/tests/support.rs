@@ -703,7 +703,7 @@ impl Observed {
         let http = http_listener.local_addr().unwrap();
         let exporter = std::sync::Arc::new(sidecache::metrics::export::Exporter::new());
         let http_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(sidecache::http::serve(
+        tokio::spawn(sidecache::metrics::http::serve(
             http_listener,
             std::sync::Arc::clone(&exporter),
             http_stop.clone(),
