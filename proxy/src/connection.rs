@@ -489,7 +489,7 @@ impl Client {
         let cluster = self.topo.is_cluster();
         if self.shared.config.write_mode == WriteMode::WriteBehind
             && info.write_behind
-            && self.write_behind(&info.name, args).await
+            && self.write_behind(&info.name, args, &req.raw).await
         {
             return Flow::Continue;
         }

@@ -144,7 +144,8 @@ const OWN_ALLOCATION: usize = 2 * 1024;
 const SHARED_CHUNK: usize = 8 * 1024;
 
 /// Encodes the upstream command for some of a plan's pairs; `need` is
-/// their [`encoded_bound`].
+/// their [`encoded_bound`], `raw` the request as the client sent it (a
+/// plain `SET k v` goes upstream as it came: a copy, not an encoding).
 /// Small commands are encoded into `buf` (a per-connection buffer: the
 /// commands of many writes share its allocations) and split off; a large
 /// one gets an allocation of exactly its size. A queued command keeps its
@@ -154,23 +155,41 @@ const SHARED_CHUNK: usize = 8 * 1024;
 pub fn encode(
     plan: &WritePlan,
     args: &[Bytes],
+    raw: &[u8],
     pairs: &[(usize, usize)],
     need: usize,
     buf: &mut BytesMut,
 ) -> Bytes {
+    let raw = verbatim(plan, args).then_some(raw);
     if need >= OWN_ALLOCATION {
         let mut own = BytesMut::with_capacity(need);
-        encode_into(plan, args, pairs, &mut own);
+        encode_into(plan, args, raw, pairs, &mut own);
         return own.freeze();
     }
     if buf.capacity() - buf.len() < need {
         buf.reserve(need.max(SHARED_CHUNK));
     }
-    encode_into(plan, args, pairs, buf);
+    encode_into(plan, args, raw, pairs, buf);
     buf.split().freeze()
 }
 
-fn encode_into(plan: &WritePlan, args: &[Bytes], pairs: &[(usize, usize)], out: &mut BytesMut) {
+/// Whether the request itself is the upstream command: a `SET k v` with
+/// no option (no expiry to rewrite, one pair).
+fn verbatim(plan: &WritePlan, args: &[Bytes]) -> bool {
+    !plan.mset && plan.expiry == Expiry::Persist && args.len() == 3
+}
+
+fn encode_into(
+    plan: &WritePlan,
+    args: &[Bytes],
+    raw: Option<&[u8]>,
+    pairs: &[(usize, usize)],
+    out: &mut BytesMut,
+) {
+    if let Some(raw) = raw {
+        out.extend_from_slice(raw);
+        return;
+    }
     if plan.mset {
         encode::put_header(out, b'*', 1 + 2 * pairs.len() as i64);
         encode::put_bulk(out, b"MSET");
@@ -293,6 +312,7 @@ mod tests {
         let cmd = encode(
             &plan,
             &a,
+            b"(not used)",
             &plan.pairs,
             encoded_bound(&a, &plan.pairs),
             &mut BytesMut::new(),
@@ -310,10 +330,30 @@ mod tests {
         let cmd = encode(
             &plan,
             &a,
+            b"(not used)",
             &plan.pairs[1..],
             encoded_bound(&a, &plan.pairs[1..]),
             &mut BytesMut::new(),
         );
         assert_eq!(&cmd[..], b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n");
+    }
+
+    #[test]
+    fn a_plain_set_goes_upstream_as_sent() {
+        let raw = b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let a = args("set k v");
+        let plan = p("set k v").expect("planned");
+        let need = encoded_bound(&a, &plan.pairs);
+        let cmd = encode(&plan, &a, raw, &plan.pairs, need, &mut BytesMut::new());
+        assert_eq!(&cmd[..], raw);
+        // Anything with an option is rewritten, not copied.
+        let a = args("set k v KEEPTTL");
+        let plan = p("set k v KEEPTTL").expect("planned");
+        let need = encoded_bound(&a, &plan.pairs);
+        let cmd = encode(&plan, &a, raw, &plan.pairs, need, &mut BytesMut::new());
+        assert_eq!(
+            &cmd[..],
+            b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nKEEPTTL\r\n"
+        );
     }
 }

@@ -18,9 +18,9 @@ use crate::cmd::write::{self, Expiry, WritePlan};
 type Group = (usize, Option<Slot>, write::Pairs);
 
 impl Client {
-    /// Takes the write-behind path for `args` if the plan allows; `false`
-    /// means forward the command instead.
-    pub(super) async fn write_behind(&mut self, name: &str, args: &[Bytes]) -> bool {
+    /// Takes the write-behind path for `args` (the request `raw`) if the
+    /// plan allows; `false` means forward the command instead.
+    pub(super) async fn write_behind(&mut self, name: &str, args: &[Bytes], raw: &[u8]) -> bool {
         // The wall clock only turns relative expiries into absolute ones: a
         // plain `SET k v` or an MSET has none (one clock read less on the
         // acknowledgement path).
@@ -109,7 +109,7 @@ impl Client {
         }
         let db = self.st.db;
         for ((node, slot, pairs), (permit, need)) in groups.into_iter().zip(permits) {
-            let cmd = write::encode(&plan, args, &pairs, need, &mut self.write_buf);
+            let cmd = write::encode(&plan, args, raw, &pairs, need, &mut self.write_buf);
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };
