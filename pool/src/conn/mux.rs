@@ -13,7 +13,8 @@
 //! `GATHER_BELOW` commands in hand, it first lets the runtime serve its
 //! ready connections, at most twice, so that requests already read join
 //! the write: one upstream write and one upstream read for many unpipelined
-//! clients), the reader hands each
+//! clients; while those turns bring nothing, as with one client, it takes
+//! them only now and then, see [`Gather`]), the reader hands each
 //! request's replies back in order (Redis answers in order on a connection).
 //! A supervisor reconnects with backoff; while disconnected, requests fail
 //! fast instead of piling up.
@@ -75,6 +76,59 @@ const GATHER_BELOW: usize = 16;
 /// At most this many such passes before a write (also the write-behind
 /// batcher's, before it takes a small batch).
 pub(crate) const GATHER_TURNS: usize = 2;
+/// Writes in a row whose gather turns brought no request, after which the
+/// writer stops taking them (see [`Gather`]).
+const GATHER_IDLE: u32 = 8;
+/// While it does not take them, every this many-th write with few
+/// commands still does (a probe), so gathering resumes when clients do.
+const GATHER_PROBE: u32 = 16;
+
+/// Whether the writer takes its gather turns before a write with few
+/// commands. A turn costs a pass of the runtime (an `epoll_wait` when
+/// nothing else is ready): with one client at a time there is nobody to
+/// gather, and the turns were 2 of the 9 system calls sidecache made per
+/// forwarded command (`bench/results/forward-hop.md`). So after
+/// [`GATHER_IDLE`] writes in a row whose turns brought nothing, only every
+/// [`GATHER_PROBE`]-th write takes them, until one brings a request or a
+/// write finds several requests queued. This decides only how requests
+/// are grouped into writes: their order, and what is written, are the same.
+#[derive(Debug, Default)]
+struct Gather {
+    /// Writes in a row whose turns brought no request.
+    fruitless: u32,
+    /// Writes with few commands since the last probe.
+    skipped: u32,
+}
+
+impl Gather {
+    /// Whether this write (few commands in hand, `requests` requests)
+    /// takes its turns.
+    fn turns(&mut self, requests: usize) -> bool {
+        if requests > 1 {
+            // Several were queued already: other clients are active.
+            self.fruitless = 0;
+        }
+        if self.fruitless < GATHER_IDLE {
+            return true;
+        }
+        self.skipped += 1;
+        if self.skipped < GATHER_PROBE {
+            return false;
+        }
+        self.skipped = 0;
+        true
+    }
+
+    /// After a write that took its turns: whether they brought a request.
+    fn brought(&mut self, any: bool) {
+        if any {
+            self.fruitless = 0;
+            self.skipped = 0;
+        } else {
+            self.fruitless = self.fruitless.saturating_add(1);
+        }
+    }
+}
 
 /// How long a connection that read `-READONLY` waits for the replies
 /// still in flight before it closes anyway (they fail as
@@ -402,6 +456,7 @@ async fn run_connected(
     }
     let mut pings: u64 = 0;
     let mut ping_sent = std::time::Instant::now();
+    let mut gather = Gather::default();
     loop {
         let first = tokio::select! {
             biased;
@@ -481,12 +536,15 @@ async fn run_connected(
         };
         let mut next = Some(first);
         let mut taken = 0usize;
+        let mut requests = 0usize;
+        let mut before_turns = 0usize;
         let mut turns = 0usize;
         let mut gathered = false;
         loop {
             while let Some(req) = next.take() {
                 wbuf.extend_from_slice(&req.payload);
                 taken += req.count;
+                requests += 1;
                 gathered |= req.gathered;
                 sent += 1;
                 let entry = Inflight {
@@ -509,9 +567,18 @@ async fn run_connected(
             if enough || turns == GATHER_TURNS {
                 break;
             }
+            if turns == 0 {
+                if !gather.turns(requests) {
+                    break;
+                }
+                before_turns = requests;
+            }
             turns += 1;
             tokio::task::yield_now().await;
             next = rx.try_recv().ok();
+        }
+        if turns > 0 {
+            gather.brought(requests > before_turns);
         }
         if let Err(e) = wr.write_all(&wbuf).await {
             drop(inflight_tx);
@@ -691,5 +758,65 @@ async fn tick(t: &mut Option<tokio::time::Interval>) {
             t.tick().await;
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use super::{Gather, GATHER_IDLE, GATHER_PROBE};
+
+    /// How many of `writes` one-request writes take their turns, when no
+    /// turn ever brings anything (one client).
+    fn taking(g: &mut Gather, writes: u32) -> u32 {
+        let mut n = 0;
+        for _ in 0..writes {
+            if g.turns(1) {
+                n += 1;
+                g.brought(false);
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn one_client_stops_taking_turns_but_probes() {
+        let mut g = Gather::default();
+        assert_eq!(taking(&mut g, GATHER_IDLE), GATHER_IDLE);
+        // Then one write in GATHER_PROBE.
+        assert_eq!(taking(&mut g, 10 * GATHER_PROBE), 10);
+    }
+
+    #[test]
+    fn turns_that_bring_requests_keep_them() {
+        let mut g = Gather::default();
+        for _ in 0..1000 {
+            assert!(g.turns(1));
+            g.brought(true);
+        }
+    }
+
+    #[test]
+    fn a_probe_that_brings_resumes_gathering() {
+        let mut g = Gather::default();
+        taking(&mut g, GATHER_IDLE);
+        let mut skipped = 0;
+        while !g.turns(1) {
+            skipped += 1;
+        }
+        assert_eq!(skipped, GATHER_PROBE - 1);
+        g.brought(true);
+        for _ in 0..GATHER_IDLE {
+            assert!(g.turns(1));
+            g.brought(false);
+        }
+        assert!(!g.turns(1));
+    }
+
+    #[test]
+    fn several_requests_queued_resume_gathering() {
+        let mut g = Gather::default();
+        taking(&mut g, GATHER_IDLE);
+        assert!(!g.turns(1));
+        assert!(g.turns(2));
     }
 }
