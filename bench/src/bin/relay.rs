@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "100,250,500,1000,2000")]
     test_delays_us: Vec<u64>,
     /// Self-test: round trips per delay (each through the relay and direct,
-    /// alternating).
+    /// alternating); 0 leaves the delay table out.
     #[arg(long, default_value_t = 3000)]
     samples: u64,
     /// Self-test: throughput connections.
@@ -50,6 +50,9 @@ struct Args {
     /// Self-test: seconds per throughput run.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Self-test: throughput rows, DELAY_US:P (requests per round trip).
+    #[arg(long, value_delimiter = ',', default_value = "0:1,250:1,250:16,0:16")]
+    throughput: Vec<String>,
     /// Self-test: write the results (markdown) here too.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -155,7 +158,7 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
     line(String::new());
     line("| one-way delay set | added p50 | added p99 | added mean | error of p50 | direct RTT p50 | late writes (mean / max) |".into());
     line("|---:|---:|---:|---:|---:|---:|---:|".into());
-    for &d in &a.test_delays_us {
+    for &d in a.test_delays_us.iter().filter(|_| a.samples > 0) {
         let cfg = DelayConfig {
             forward: Duration::from_micros(d),
             back: Duration::from_micros(d),
@@ -204,7 +207,16 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
     line(String::new());
     line("| one-way delay | P | through the relay, req/s | direct, req/s |".into());
     line("|---:|---:|---:|---:|".into());
-    for (d, p) in [(0u64, 1usize), (250, 1), (250, 16), (0, 16)] {
+    let mut rows = Vec::new();
+    for r in &a.throughput {
+        let (d, p) = r
+            .split_once(':')
+            .with_context(|| format!("--throughput {r}: expected DELAY_US:P"))?;
+        let d: u64 = d.parse().with_context(|| format!("--throughput {r}"))?;
+        let p: usize = p.parse().with_context(|| format!("--throughput {r}"))?;
+        rows.push((d, p.max(1)));
+    }
+    for (d, p) in rows {
         let cfg = DelayConfig {
             forward: Duration::from_micros(d),
             back: Duration::from_micros(d),
