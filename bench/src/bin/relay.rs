@@ -50,8 +50,13 @@ struct Args {
     /// Self-test: seconds per throughput run.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
-    /// Self-test: throughput rows, DELAY_US:P (requests per round trip).
-    #[arg(long, value_delimiter = ',', default_value = "0:1,250:1,250:16,0:16")]
+    /// Self-test: throughput rows, DELAY_US:P[:CLIENTS] (P requests per
+    /// round trip; CLIENTS connections, default --clients).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0:1,250:1,250:1:200,250:16,0:16"
+    )]
     throughput: Vec<String>,
     /// Self-test: write the results (markdown) here too.
     #[arg(long)]
@@ -199,33 +204,51 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
     }
     line(String::new());
     line(format!(
-        "Throughput: {} connections, each sending P 32-byte requests per round trip and \
-         reading their echo, {:.0} s per row; requests/s through the relay and, for \
-         reference, direct.",
-        a.clients, a.seconds
+        "Throughput: each connection sends P 32-byte requests per round trip and reads \
+         their echo, {:.0} s per row; requests/s through the relay and, for reference, \
+         direct; how late the relay wrote chunks past their deadlines under that load. \
+         With C connections and a one-way delay D, C / 2D bounds the rate (Little's law).",
+        a.seconds
     ));
     line(String::new());
-    line("| one-way delay | P | through the relay, req/s | direct, req/s |".into());
-    line("|---:|---:|---:|---:|".into());
+    line(
+        "| one-way delay | P | connections | through the relay, req/s | direct, req/s | late writes (mean / max) |"
+            .into(),
+    );
+    line("|---:|---:|---:|---:|---:|---:|".into());
     let mut rows = Vec::new();
     for r in &a.throughput {
-        let (d, p) = r
-            .split_once(':')
-            .with_context(|| format!("--throughput {r}: expected DELAY_US:P"))?;
-        let d: u64 = d.parse().with_context(|| format!("--throughput {r}"))?;
-        let p: usize = p.parse().with_context(|| format!("--throughput {r}"))?;
-        rows.push((d, p.max(1)));
+        let f: Vec<&str> = r.split(':').collect();
+        let num = |i: usize, dflt: u64| -> Result<u64> {
+            f.get(i).map_or(Ok(dflt), |v| {
+                v.parse()
+                    .with_context(|| format!("--throughput {r}: expected DELAY_US:P[:CLIENTS]"))
+            })
+        };
+        if !(2..=3).contains(&f.len()) {
+            bail!("--throughput {r}: expected DELAY_US:P[:CLIENTS]");
+        }
+        let (d, p, c) = (num(0, 0)?, num(1, 1)?, num(2, a.clients as u64)?);
+        rows.push((d, (p as usize).max(1), (c as usize).max(1)));
     }
-    for (d, p) in rows {
+    for (d, p, clients) in rows {
         let cfg = DelayConfig {
             forward: Duration::from_micros(d),
             back: Duration::from_micros(d),
             ..base
         };
         let relay = Relay::start(&[(any, echo)], cfg)?;
-        let via = throughput(relay.listen[0], a.clients, p, a.seconds)?;
-        let direct = throughput(echo, a.clients, p, a.seconds)?;
-        line(format!("| {d} µs | {p} | {via:.0} | {direct:.0} |"));
+        let via = throughput(relay.listen[0], clients, p, a.seconds)?;
+        let chunks = relay.stats.chunks.load(Ordering::Relaxed).max(1);
+        let late_mean = relay.stats.late_ns_sum.load(Ordering::Relaxed) as f64 / chunks as f64;
+        let late_max = relay.stats.late_ns_max.load(Ordering::Relaxed) as f64;
+        drop(relay);
+        let direct = throughput(echo, clients, p, a.seconds)?;
+        line(format!(
+            "| {d} µs | {p} | {clients} | {via:.0} | {direct:.0} | {:.1} / {:.1} µs |",
+            late_mean / 1000.0,
+            late_max / 1000.0
+        ));
     }
     if let Some(out) = &a.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
