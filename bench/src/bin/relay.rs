@@ -30,7 +30,7 @@ struct Args {
     /// Extra delay per chunk, uniform in 0..=JITTER µs (order is kept).
     #[arg(long, default_value_t = 0)]
     jitter_us: u64,
-    /// The clock thread spins (instead of sleeping) this long before a
+    /// The relay thread spins (instead of sleeping) this long before a
     /// deadline, µs.
     #[arg(long, default_value_t = 50)]
     spin_us: u64,
@@ -199,7 +199,7 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
             late_max / 1000.0,
         ));
         if !relay.stats.slack_set.load(Ordering::Relaxed) {
-            line("(timer slack of the clock thread could not be set to 1 ns)".into());
+            line("(timer slack of the relay thread could not be set to 1 ns)".into());
         }
     }
     line(String::new());
