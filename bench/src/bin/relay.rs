@@ -30,7 +30,7 @@ struct Args {
     /// Extra delay per chunk, uniform in 0..=JITTER µs (order is kept).
     #[arg(long, default_value_t = 0)]
     jitter_us: u64,
-    /// The clock thread spins (instead of sleeping) this long before a
+    /// The relay thread spins (instead of sleeping) this long before a
     /// deadline, µs.
     #[arg(long, default_value_t = 50)]
     spin_us: u64,
@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "100,250,500,1000,2000")]
     test_delays_us: Vec<u64>,
     /// Self-test: round trips per delay (each through the relay and direct,
-    /// alternating).
+    /// alternating); 0 leaves the delay table out.
     #[arg(long, default_value_t = 3000)]
     samples: u64,
     /// Self-test: throughput connections.
@@ -50,6 +50,14 @@ struct Args {
     /// Self-test: seconds per throughput run.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Self-test: throughput rows, DELAY_US:P[:CLIENTS] (P requests per
+    /// round trip; CLIENTS connections, default --clients).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0:1,250:1,250:1:200,250:16,0:16"
+    )]
+    throughput: Vec<String>,
     /// Self-test: write the results (markdown) here too.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -155,7 +163,7 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
     line(String::new());
     line("| one-way delay set | added p50 | added p99 | added mean | error of p50 | direct RTT p50 | late writes (mean / max) |".into());
     line("|---:|---:|---:|---:|---:|---:|---:|".into());
-    for &d in &a.test_delays_us {
+    for &d in a.test_delays_us.iter().filter(|_| a.samples > 0) {
         let cfg = DelayConfig {
             forward: Duration::from_micros(d),
             back: Duration::from_micros(d),
@@ -191,29 +199,56 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
             late_max / 1000.0,
         ));
         if !relay.stats.slack_set.load(Ordering::Relaxed) {
-            line("(timer slack of the clock thread could not be set to 1 ns)".into());
+            line("(timer slack of the relay thread could not be set to 1 ns)".into());
         }
     }
     line(String::new());
     line(format!(
-        "Throughput: {} connections, each sending P 32-byte requests per round trip and \
-         reading their echo, {:.0} s per row; requests/s through the relay and, for \
-         reference, direct.",
-        a.clients, a.seconds
+        "Throughput: each connection sends P 32-byte requests per round trip and reads \
+         their echo, {:.0} s per row; requests/s through the relay and, for reference, \
+         direct; how late the relay wrote chunks past their deadlines under that load. \
+         With C connections and a one-way delay D, C / 2D bounds the rate (Little's law).",
+        a.seconds
     ));
     line(String::new());
-    line("| one-way delay | P | through the relay, req/s | direct, req/s |".into());
-    line("|---:|---:|---:|---:|".into());
-    for (d, p) in [(0u64, 1usize), (250, 1), (250, 16), (0, 16)] {
+    line(
+        "| one-way delay | P | connections | through the relay, req/s | direct, req/s | late writes (mean / max) |"
+            .into(),
+    );
+    line("|---:|---:|---:|---:|---:|---:|".into());
+    let mut rows = Vec::new();
+    for r in &a.throughput {
+        let f: Vec<&str> = r.split(':').collect();
+        let num = |i: usize, dflt: u64| -> Result<u64> {
+            f.get(i).map_or(Ok(dflt), |v| {
+                v.parse()
+                    .with_context(|| format!("--throughput {r}: expected DELAY_US:P[:CLIENTS]"))
+            })
+        };
+        if !(2..=3).contains(&f.len()) {
+            bail!("--throughput {r}: expected DELAY_US:P[:CLIENTS]");
+        }
+        let (d, p, c) = (num(0, 0)?, num(1, 1)?, num(2, a.clients as u64)?);
+        rows.push((d, (p as usize).max(1), (c as usize).max(1)));
+    }
+    for (d, p, clients) in rows {
         let cfg = DelayConfig {
             forward: Duration::from_micros(d),
             back: Duration::from_micros(d),
             ..base
         };
         let relay = Relay::start(&[(any, echo)], cfg)?;
-        let via = throughput(relay.listen[0], a.clients, p, a.seconds)?;
-        let direct = throughput(echo, a.clients, p, a.seconds)?;
-        line(format!("| {d} µs | {p} | {via:.0} | {direct:.0} |"));
+        let via = throughput(relay.listen[0], clients, p, a.seconds)?;
+        let chunks = relay.stats.chunks.load(Ordering::Relaxed).max(1);
+        let late_mean = relay.stats.late_ns_sum.load(Ordering::Relaxed) as f64 / chunks as f64;
+        let late_max = relay.stats.late_ns_max.load(Ordering::Relaxed) as f64;
+        drop(relay);
+        let direct = throughput(echo, clients, p, a.seconds)?;
+        line(format!(
+            "| {d} µs | {p} | {clients} | {via:.0} | {direct:.0} | {:.1} / {:.1} µs |",
+            late_mean / 1000.0,
+            late_max / 1000.0
+        ));
     }
     if let Some(out) = &a.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
