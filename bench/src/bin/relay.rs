@@ -50,7 +50,7 @@ struct Args {
     /// Self-test: seconds per throughput run.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
-    /// Self-test: throughput rows, DELAY_US:P[:CLIENTS] (P requests per
+    /// Self-test: throughput rows, `DELAY_US:P[:CLIENTS]` (P requests per
     /// round trip; CLIENTS connections, default --clients).
     #[arg(
         long,

@@ -12,7 +12,7 @@ use crate::conn::mux::MuxConn;
 use crate::write_behind::WriteQueue;
 
 /// An upstream node (a master). Outside this crate, a handle that names
-/// the node and says how it is; commands reach it through
+/// the node and says how it is; a client's pipelines reach it through
 /// [`crate::Upstream::submit`].
 #[derive(Debug)]
 pub struct Node {

@@ -1,5 +1,7 @@
-//! Sending a client's pipeline to a node: the one way the proxy reaches a
-//! node's shared connections. [`Upstream::submit`] waits for the
+//! Sending a client's pipeline to a node: the one way the proxy sends a
+//! client's commands on a node's shared connections (a redirect's retry,
+//! [`Upstream::follow`], goes to the node the redirect names directly: the
+//! first hop already waited). [`Upstream::submit`] waits for the
 //! write-behind writes the pipeline must not overtake, picks the
 //! connection, and turns every failure into an [`Error`]; the
 //! [`Pending`] it gives back yields the replies.
@@ -52,8 +54,8 @@ pub enum Lane {
 /// What [`Upstream::submit`] did.
 #[derive(Debug)]
 pub struct Submitted {
-    /// Whether write-behind writes were queued for the node (so the
-    /// pipeline waited for them).
+    /// Whether write-behind writes were queued for the node, or for a
+    /// master that left the slot map (so the pipeline waited for them).
     pub waited: bool,
     /// The replies to come, or why the pipeline was not sent.
     pub replies: Result<Pending>,

@@ -160,7 +160,7 @@ pub fn encode(
     need: usize,
     buf: &mut BytesMut,
 ) -> Bytes {
-    let raw = verbatim(plan, args).then_some(raw);
+    let raw = verbatim(plan, args, raw).then_some(raw);
     if need >= OWN_ALLOCATION {
         let mut own = BytesMut::with_capacity(need);
         encode_into(plan, args, raw, pairs, &mut own);
@@ -174,9 +174,28 @@ pub fn encode(
 }
 
 /// Whether the request itself is the upstream command: a `SET k v` with
-/// no option (no expiry to rewrite, one pair).
-fn verbatim(plan: &WritePlan, args: &[Bytes]) -> bool {
-    !plan.mset && plan.expiry == Expiry::Persist && args.len() == 3
+/// no option (no expiry to rewrite, one pair), framed canonically. Redis
+/// (and the request parser) skip the two bytes after a `\r` unread, so
+/// `\rX` ends a line as well as `\r\n`; such a request is encoded again,
+/// since the write-behind queue reads a queued command's keys back with
+/// the strict reply decoder.
+fn verbatim(plan: &WritePlan, args: &[Bytes], raw: &[u8]) -> bool {
+    !plan.mset
+        && plan.expiry == Expiry::Persist
+        && args.len() == 3
+        && raw.starts_with(b"*3\r\n")
+        && args.iter().all(|a| crlf_around(raw, a))
+}
+
+/// Whether `arg`, a slice of `raw`, has `\r\n` right before and after it.
+fn crlf_around(raw: &[u8], arg: &[u8]) -> bool {
+    // An argument that is not a slice of `raw` gives an offset out of
+    // range, and `false`.
+    let start = (arg.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
+    let end = start.wrapping_add(arg.len());
+    start >= 2
+        && raw.get(start - 2..start) == Some(b"\r\n".as_slice())
+        && raw.get(end..end.wrapping_add(2)) == Some(b"\r\n".as_slice())
 }
 
 fn encode_into(
@@ -338,22 +357,59 @@ mod tests {
         assert_eq!(&cmd[..], b"*3\r\n$4\r\nMSET\r\n$1\r\nb\r\n$1\r\n2\r\n");
     }
 
+    /// The request as the parser gives it: its arguments are slices of it.
+    fn parsed(wire: &[u8]) -> sidecache_resp::request::Request {
+        let mut parser = sidecache_resp::request::Parser::new(sidecache_resp::request::Limits {
+            max_bulk: 1 << 20,
+            max_multibulk: 1024,
+        });
+        let mut req = sidecache_resp::request::Request::default();
+        let mut buf = BytesMut::from(wire);
+        assert_eq!(parser.parse(&mut buf, &mut req), Ok(Some(())));
+        req
+    }
+
+    fn encoded(wire: &[u8]) -> Bytes {
+        let req = parsed(wire);
+        let name = String::from_utf8_lossy(&req.args[0]).to_ascii_lowercase();
+        let plan = plan(&name, &req.args, NOW).expect("planned");
+        let need = encoded_bound(&req.args, &plan.pairs);
+        encode(
+            &plan,
+            &req.args,
+            &req.raw,
+            &plan.pairs,
+            need,
+            &mut BytesMut::new(),
+        )
+    }
+
     #[test]
     fn a_plain_set_goes_upstream_as_sent() {
-        let raw = b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let raw = b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n$2\r\nvv\r\n";
+        assert_eq!(&encoded(raw)[..], raw);
+        // Lines ended by `\r` and any byte, as Redis reads them, are
+        // framed anew.
+        let odd = b"*3\r\n$3\rXset\r\n$1\r\nk\r\n$2\r\nvv\r\n";
+        assert_eq!(
+            &encoded(odd)[..],
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
+        );
+        let odd = b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n$2\r\nvvXY";
+        assert_eq!(
+            &encoded(odd)[..],
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\n"
+        );
+        // Anything with an option is rewritten, not copied.
+        assert_eq!(
+            &encoded(b"*4\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nkeepttl\r\n")[..],
+            b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nKEEPTTL\r\n"
+        );
+        // Arguments that are not slices of the request: encoded.
         let a = args("set k v");
         let plan = p("set k v").expect("planned");
         let need = encoded_bound(&a, &plan.pairs);
         let cmd = encode(&plan, &a, raw, &plan.pairs, need, &mut BytesMut::new());
-        assert_eq!(&cmd[..], raw);
-        // Anything with an option is rewritten, not copied.
-        let a = args("set k v KEEPTTL");
-        let plan = p("set k v KEEPTTL").expect("planned");
-        let need = encoded_bound(&a, &plan.pairs);
-        let cmd = encode(&plan, &a, raw, &plan.pairs, need, &mut BytesMut::new());
-        assert_eq!(
-            &cmd[..],
-            b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nKEEPTTL\r\n"
-        );
+        assert_eq!(&cmd[..], b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
     }
 }

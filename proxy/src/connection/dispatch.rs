@@ -23,7 +23,7 @@ impl Client {
         }
         // PING is answered here only while every node is known
         // healthy (one atomic load); otherwise Redis's answer (BUSY,
-        // LOADING, …) is the client's. See `sidecache_pool::conn::health`.
+        // LOADING, …) is the client's. See pool's `conn/health.rs`.
         if cmd == Local::Ping && args.len() <= 2 && !self.shared.upstream.all_healthy() {
             let mut ping = BytesMut::new();
             let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
