@@ -69,7 +69,13 @@ struct Inner {
     /// writes reached the slots' new owners, so later commands to those
     /// slots can wait for them ([`Upstream::retired_barriers`]).
     retired: Mutex<Vec<Arc<Node>>>,
-    /// Whether `retired` is non-empty (read without the lock).
+    /// Barriers on the writes queued for masters that lost slots but stay
+    /// in the map (resharding), taken when the new map was installed:
+    /// writes to a moved slot still queued there reach its new owner (by
+    /// MOVED) after them, and later commands to that slot wait for them
+    /// ([`Upstream::retired_barriers`]). Dropped once done.
+    moved: Mutex<Vec<crate::write_behind::Barrier>>,
+    /// Whether `retired` or `moved` is non-empty (read without the lock).
     has_retired: std::sync::atomic::AtomicBool,
     /// Failover and re-routing counters.
     pub(crate) failover: FailoverStats,
@@ -133,6 +139,7 @@ impl Upstream {
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
             retired: Mutex::new(Vec::new()),
+            moved: Mutex::new(Vec::new()),
             has_retired: std::sync::atomic::AtomicBool::new(false),
             failover: FailoverStats::default(),
             health: Arc::default(),

@@ -346,13 +346,18 @@ pub struct WriteQueue {
 }
 
 /// Waits until the writes queued before it was taken have been flushed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Barrier {
     rx: watch::Receiver<u64>,
     target: u64,
 }
 
 impl Barrier {
+    /// Whether every counted write is flushed already.
+    pub fn is_done(&self) -> bool {
+        *self.rx.borrow() >= self.target
+    }
+
     /// Resolves once every counted write is flushed (or failed for good).
     pub async fn wait(mut self) {
         let target = self.target;

@@ -1,6 +1,7 @@
 //! End-to-end against a real 3-master Redis Cluster: routing by slot,
 //! cross-slot commands split and merged, fan-out, SCAN across masters, and
-//! ASK/MOVED during and after a slot migration.
+//! ASK/MOVED during and after a slot migration, and a read after resharding
+//! waiting for a write still queued for the slot's old owner.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -220,4 +221,89 @@ async fn ask_during_and_moved_after_slot_migration() {
     let got: Vec<Option<String>> = c.mget(&[key, "other", "none"]).await.unwrap();
     assert_eq!(got, vec![Some("after".into()), Some("o".into()), None]);
     proxy.stop().await;
+}
+
+/// Resharding while a write to the moved slot is still queued for its old
+/// master (stalled there by `CLIENT PAUSE … WRITE`): once the proxy's map
+/// names the new owner, a forwarded read of the key waits for that write
+/// (which reaches the new owner by MOVED) instead of reading around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_resharding_waits_for_writes_queued_for_the_old_owner() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &["--refresh-interval", "0.2"]).await;
+    let mut c = proxy.conn().await;
+    let key = "{moved}:k";
+    let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get();
+    let src = cluster.node_for(key);
+    let dst = (src + 1) % 3;
+    // A key of another slot on the same master: its write, paused, holds
+    // the batch the moved key's write travels behind.
+    let stay = (0..)
+        .map(|i| format!("{{stay{i}}}"))
+        .find(|k| {
+            cluster.node_for(k) == src && sidecache_pool::Slot::for_key(k.as_bytes()).get() != slot
+        })
+        .unwrap();
+    let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
+    let src_id = cli(sp, &["cluster", "myid"]);
+    let dst_id = cli(dp, &["cluster", "myid"]);
+    assert_eq!(cli(sp, &["client", "pause", "3000", "write"]), "OK");
+    let paused = std::time::Instant::now();
+    let _: () = redis::pipe()
+        .set(&stay, "s")
+        .ignore()
+        .set(key, "v")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Move the (upstream still empty) slot to `dst`.
+    let slot = slot.to_string();
+    assert_eq!(
+        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
+        "OK"
+    );
+    for n in &cluster.nodes {
+        assert_eq!(
+            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
+            "OK"
+        );
+    }
+    // The proxy's periodic refresh picks the new owner up: two refreshes
+    // begun after the move.
+    let before = refreshes(&mut c).await;
+    while refreshes(&mut c).await < before + 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        paused.elapsed() < std::time::Duration::from_millis(2500),
+        "too slow to test inside the pause"
+    );
+    assert_eq!(cli(dp, &["exists", key]), "0", "the write is still queued");
+    let n: i64 = redis::cmd("STRLEN")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "read around a write queued for the old owner");
+    assert_eq!(cli(dp, &["get", key]), "v");
+    eventually(sp, &["get", &stay], "s").await;
+    proxy.stop().await;
+}
+
+/// INFO's count of slot-map refreshes begun.
+async fn refreshes(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("write-behind")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("slotmap_refreshes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
 }

@@ -63,9 +63,12 @@ impl Upstream {
     }
     /// Barriers on the write-behind queues of nodes that left the slot map
     /// with writes still queued (their writes are on their way to the
-    /// slots' new owners). A command sent to any master waits for them
-    /// too, so it cannot overtake an earlier write to its keys. Empty, and
-    /// no lock taken, in the common case of no such node.
+    /// slots' new owners), and on the writes that were queued for a master
+    /// when one of its slots moved away (resharding: those to the moved
+    /// slot will reach its new owner by MOVED). A command sent to any
+    /// master waits for them too, so it cannot overtake an earlier write to
+    /// its keys. Empty, and no lock taken, in the common case of no such
+    /// node.
     pub(crate) fn retired_barriers(&self) -> Vec<crate::write_behind::Barrier> {
         if !self
             .inner
@@ -75,13 +78,44 @@ impl Upstream {
             return Vec::new();
         }
         let mut retired = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let mut moved = self.inner.moved.lock().unwrap_or_else(|p| p.into_inner());
         retired.retain(|n| n.has_pending_writes());
-        if retired.is_empty() {
+        moved.retain(|b| !b.is_done());
+        if retired.is_empty() && moved.is_empty() {
             self.inner
                 .has_retired
                 .store(false, std::sync::atomic::Ordering::Release);
         }
-        retired.iter().flat_map(|n| n.write_barriers()).collect()
+        retired
+            .iter()
+            .flat_map(|n| n.write_barriers())
+            .chain(moved.iter().cloned())
+            .collect()
+    }
+
+    /// Masters of `old` that lost a slot to another master of `new` and
+    /// stay in it: the barriers on what they had queued then.
+    fn moved_away(old: &Topology, new: &Topology) -> Vec<crate::write_behind::Barrier> {
+        if !old.is_cluster() || old.nodes().is_empty() {
+            return Vec::new();
+        }
+        let mut losers = vec![false; old.nodes().len()];
+        for slot in (0..crate::cluster::slot::SLOT_COUNT).filter_map(Slot::new) {
+            let (Ok(a), Ok(b)) = (old.node_index(slot), new.node_index(slot)) else {
+                continue;
+            };
+            if let (Some(na), Some(nb)) = (old.nodes().get(a), new.nodes().get(b)) {
+                if na.addr() != nb.addr() {
+                    losers[a] = true;
+                }
+            }
+        }
+        old.nodes()
+            .iter()
+            .zip(losers)
+            .filter(|(n, lost)| *lost && new.index_of(n.addr()).is_some())
+            .flat_map(|(n, _)| n.write_barriers().collect::<Vec<_>>())
+            .collect()
     }
     /// Whether `addr` is a master of the current slot map (always, for a
     /// standalone upstream). A write-behind batcher whose node is not sends
@@ -157,6 +191,19 @@ impl Upstream {
             if let Some(l) = self.inner.hub.as_ref().and_then(|h| h.listener()) {
                 l.reset_all();
             }
+        }
+        // A master that lost slots and stays: what it has queued now goes
+        // first (see `retired_barriers`).
+        let moved = Self::moved_away(&old, &new);
+        if !moved.is_empty() {
+            self.inner
+                .moved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(moved);
+            self.inner
+                .has_retired
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         // Forget nodes that serve nothing any more; keep those with writes
         // still queued until their batchers re-routed them.
