@@ -49,7 +49,6 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn};
 
 use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{NodeAddr, Session};
@@ -57,10 +56,15 @@ use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
 use crate::conn::health::{Health, SUSPECT_AFTER};
 use crate::error::{Error, Result};
 
+mod gather;
 mod own;
+mod supervise;
+
+use gather::Gather;
 pub(crate) use own::OwnTx;
 use sidecache_resp::encode;
 use sidecache_resp::frame::Scanner;
+use supervise::{supervise, Role};
 
 /// Requests queued per connection before callers wait (backpressure).
 const QUEUE: usize = 1024;
@@ -76,59 +80,6 @@ const GATHER_BELOW: usize = 16;
 /// At most this many such passes before a write (also the write-behind
 /// batcher's, before it takes a small batch).
 pub(crate) const GATHER_TURNS: usize = 2;
-/// Writes in a row whose gather turns brought no request, after which the
-/// writer stops taking them (see [`Gather`]).
-const GATHER_IDLE: u32 = 8;
-/// While it does not take them, every this many-th write with few
-/// commands still does (a probe), so gathering resumes when clients do.
-const GATHER_PROBE: u32 = 16;
-
-/// Whether the writer takes its gather turns before a write with few
-/// commands. A turn costs a pass of the runtime (an `epoll_wait` when
-/// nothing else is ready): with one client at a time there is nobody to
-/// gather, and the turns were 2 of the 9 system calls sidecache made per
-/// forwarded command (`bench/results/forward-hop.md`). So after
-/// [`GATHER_IDLE`] writes in a row whose turns brought nothing, only every
-/// [`GATHER_PROBE`]-th write takes them, until one brings a request or a
-/// write finds several requests queued. This decides only how requests
-/// are grouped into writes: their order, and what is written, are the same.
-#[derive(Debug, Default)]
-struct Gather {
-    /// Writes in a row whose turns brought no request.
-    fruitless: u32,
-    /// Writes with few commands since the last probe.
-    skipped: u32,
-}
-
-impl Gather {
-    /// Whether this write (few commands in hand, `requests` requests)
-    /// takes its turns.
-    fn turns(&mut self, requests: usize) -> bool {
-        if requests > 1 {
-            // Several were queued already: other clients are active.
-            self.fruitless = 0;
-        }
-        if self.fruitless < GATHER_IDLE {
-            return true;
-        }
-        self.skipped += 1;
-        if self.skipped < GATHER_PROBE {
-            return false;
-        }
-        self.skipped = 0;
-        true
-    }
-
-    /// After a write that took its turns: whether they brought a request.
-    fn brought(&mut self, any: bool) {
-        if any {
-            self.fruitless = 0;
-            self.skipped = 0;
-        } else {
-            self.fruitless = self.fruitless.saturating_add(1);
-        }
-    }
-}
 
 /// How long a connection that read `-READONLY` waits for the replies
 /// still in flight before it closes anyway (they fail as
@@ -313,83 +264,6 @@ impl MuxConn {
             .await?
             .await
             .map_err(|_| Error::Closed)?
-    }
-}
-
-/// What a connection is to client tracking.
-#[derive(Clone)]
-enum Role {
-    Plain,
-    /// The invalidation channel's own connection.
-    Channel(Arc<Channel>),
-}
-
-async fn supervise(
-    connector: Arc<Connector>,
-    addr: NodeAddr,
-    session: Session,
-    mut rx: mpsc::Receiver<Request>,
-    role: Role,
-    health: Option<Arc<Health>>,
-) {
-    let channel = match &role {
-        Role::Channel(ch) => Some(Arc::clone(ch)),
-        Role::Plain => None,
-    };
-    let mut backoff = Duration::from_millis(20);
-    // Before reconnecting after a READONLY: none the first time.
-    let mut demoted_pause = Duration::ZERO;
-    loop {
-        match connector.connect(&addr, session).await {
-            Ok((rd, wr)) => {
-                debug!(%addr, "upstream connected");
-                backoff = Duration::from_millis(20);
-                let since = std::time::Instant::now();
-                let reason =
-                    run_connected(&addr, rd, wr, &mut rx, channel.as_ref(), health.as_ref()).await;
-                if let Some(ch) = &channel {
-                    let why = reason
-                        .as_ref()
-                        .map_or("closed".to_owned(), |e| e.to_string());
-                    ch.set_down(&why);
-                }
-                match reason {
-                    None => return,
-                    Some(e @ Error::Demoted { .. }) => {
-                        warn!(%addr, error = %e, "upstream demoted");
-                        if let Some(h) = &health {
-                            h.note_readonly_reconnect();
-                        }
-                        if since.elapsed() > Duration::from_secs(2) {
-                            demoted_pause = Duration::ZERO;
-                        }
-                        // Requests wait in the queue meanwhile (bounded):
-                        // they are for the new connection.
-                        tokio::time::sleep(demoted_pause).await;
-                        demoted_pause = (demoted_pause * 2)
-                            .clamp(Duration::from_millis(20), Duration::from_secs(1));
-                    }
-                    Some(e) => warn!(%addr, error = %e, "upstream connection lost"),
-                }
-            }
-            Err(e) => {
-                warn!(%addr, error = %e, "upstream connect failed");
-                // Fail fast whatever waits, and whatever arrives during the
-                // backoff, so clients get an error instead of a hang.
-                let deadline = tokio::time::sleep(backoff);
-                tokio::pin!(deadline);
-                loop {
-                    tokio::select! {
-                        _ = &mut deadline => break,
-                        r = rx.recv() => match r {
-                            Some(req) => { let _ = req.reply.send(Err(e.clone())); }
-                            None => return,
-                        },
-                    }
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        }
     }
 }
 
@@ -758,65 +632,5 @@ async fn tick(t: &mut Option<tokio::time::Interval>) {
             t.tick().await;
         }
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod gather_tests {
-    use super::{Gather, GATHER_IDLE, GATHER_PROBE};
-
-    /// How many of `writes` one-request writes take their turns, when no
-    /// turn ever brings anything (one client).
-    fn taking(g: &mut Gather, writes: u32) -> u32 {
-        let mut n = 0;
-        for _ in 0..writes {
-            if g.turns(1) {
-                n += 1;
-                g.brought(false);
-            }
-        }
-        n
-    }
-
-    #[test]
-    fn one_client_stops_taking_turns_but_probes() {
-        let mut g = Gather::default();
-        assert_eq!(taking(&mut g, GATHER_IDLE), GATHER_IDLE);
-        // Then one write in GATHER_PROBE.
-        assert_eq!(taking(&mut g, 10 * GATHER_PROBE), 10);
-    }
-
-    #[test]
-    fn turns_that_bring_requests_keep_them() {
-        let mut g = Gather::default();
-        for _ in 0..1000 {
-            assert!(g.turns(1));
-            g.brought(true);
-        }
-    }
-
-    #[test]
-    fn a_probe_that_brings_resumes_gathering() {
-        let mut g = Gather::default();
-        taking(&mut g, GATHER_IDLE);
-        let mut skipped = 0;
-        while !g.turns(1) {
-            skipped += 1;
-        }
-        assert_eq!(skipped, GATHER_PROBE - 1);
-        g.brought(true);
-        for _ in 0..GATHER_IDLE {
-            assert!(g.turns(1));
-            g.brought(false);
-        }
-        assert!(!g.turns(1));
-    }
-
-    #[test]
-    fn several_requests_queued_resume_gathering() {
-        let mut g = Gather::default();
-        taking(&mut g, GATHER_IDLE);
-        assert!(!g.turns(1));
-        assert!(g.turns(2));
     }
 }
