@@ -2,9 +2,9 @@
 # bench/net.sh — what a sidecar is for: the same loads against Redis over a
 # network round trip, side by side, in one run.
 #
-# Every Redis sits behind bench's `relay`, which adds RTT/2 each way (a
-# clock thread of its own, see bench/src/relay.rs), so each target pays a
-# real round trip to its Redis:
+# Every Redis sits behind bench's `relay`, which adds RTT/2 each way (one
+# thread with nanosecond epoll timeouts, see bench/src/relay.rs), so each
+# target pays a real round trip to its Redis:
 #
 #   redis            latbench ──relay──▶ Redis A
 #   twemproxy        latbench ──▶ nutcracker ──relay──▶ Redis A
