@@ -52,8 +52,8 @@ use crate::config::WriteConfig;
 use crate::error::{Error, Result};
 
 pub(crate) mod batcher;
+mod keys;
 mod tracked;
-use sidecache_resp::frame;
 
 /// One acknowledged write.
 #[derive(Debug, Clone)]
@@ -74,21 +74,8 @@ impl Write {
     /// from the command: a queued write holds no other copy of them, nor a
     /// reference into the client's read buffer.
     pub fn keys(&self) -> Keys {
-        let Some(args) = frame::Value::decode(&self.cmd)
-            .ok()
-            .and_then(frame::Value::into_items)
-        else {
-            return Keys::new();
-        };
-        let mset = args
-            .first()
-            .and_then(frame::Value::as_bytes)
-            .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
-        let step = if mset { 2 } else { usize::MAX };
-        args.iter()
-            .skip(1)
-            .step_by(step)
-            .filter_map(|a| a.as_bytes().cloned())
+        keys::keys_of(&self.cmd)
+            .map(|k| self.cmd.slice_ref(k))
             .collect()
     }
 }
@@ -448,6 +435,14 @@ mod tests {
             cmd: Bytes::from_static(b"+OK\r\n"),
         };
         assert!(junk.keys().is_empty());
+        // Framed as Redis reads it: a line ends at `\r` and any byte, and
+        // a bulk's two trailing bytes are not checked.
+        let odd = Write {
+            db: 0,
+            slot: None,
+            cmd: Bytes::from_static(b"*3\r\n$3\rXset\r\n$1\rXk\r\n$2\r\nvvXY"),
+        };
+        assert_eq!(k(&odd), vec![Bytes::from("k")]);
     }
 
     #[tokio::test]

@@ -172,19 +172,7 @@ fn spawn_tcp_accept(
         Arc::clone(slots),
     );
     tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = listener.accept() => r,
-            };
-            let (stream, peer) = match accepted {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
+        while let Some((stream, peer)) = accept(&cancel, || listener.accept()).await {
             let _ = stream.set_nodelay(true);
             if let Some(idle) = shared.config.tcp_keepalive {
                 let _ = sidecache_pool::set_keepalive(&stream, idle);
@@ -224,28 +212,41 @@ fn spawn_unix_accept(
     );
     tokio::spawn(async move {
         let laddr = path.display().to_string();
-        loop {
-            let accepted = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = listener.accept() => r,
-            };
-            match accepted {
-                Ok((stream, _)) => spawn_client(
-                    stream,
-                    format!("{laddr}:0"),
-                    laddr.clone(),
-                    &shared,
-                    &cancel,
-                    &tracker,
-                    &slots,
-                ),
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            }
+        while let Some((stream, _)) = accept(&cancel, || listener.accept()).await {
+            spawn_client(
+                stream,
+                format!("{laddr}:0"),
+                laddr.clone(),
+                &shared,
+                &cancel,
+                &tracker,
+                &slots,
+            );
         }
     })
+}
+
+/// The next connection `accept` gives, or `None` once `cancel` fired; a
+/// failed accept (out of file descriptors, …) is logged and tried again
+/// after 50 ms.
+async fn accept<S, A, F, Fut>(cancel: &CancellationToken, mut accept: F) -> Option<(S, A)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::io::Result<(S, A)>>,
+{
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            r = accept() => r,
+        };
+        match accepted {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 /// Lets the client tasks finish the batch in hand, until `deadline`; the

@@ -30,6 +30,7 @@ use crate::config::Session;
 use crate::conn::mux::{MuxConn, Replies};
 use crate::conn::node::Node;
 use crate::error::{Error, Result};
+use crate::write_behind::Barrier;
 
 /// Which of a node's connections carries a pipeline.
 #[derive(Debug, Clone, Copy)]
@@ -161,18 +162,9 @@ impl Upstream {
     /// [`Error::WritesPending`] when one queue did not flush within
     /// `--write-queue-timeout`.
     pub async fn wait_writes(&self, node: &Node) -> Result<bool> {
-        let limit = self.write_behind().config().queue_timeout;
         let retired = self.retired_barriers();
-        let mut waited = false;
-        for barrier in node.write_barriers().chain(retired) {
-            waited = true;
-            if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
-                return Err(Error::WritesPending {
-                    addr: node.addr().to_string(),
-                });
-            }
-        }
-        Ok(waited)
+        self.wait_barriers(node, node.write_barriers().chain(retired))
+            .await
     }
 
     /// Before queuing a write-behind write of `slot` for `node` (database
@@ -183,16 +175,31 @@ impl Upstream {
     /// # Errors
     /// [`Error::WritesPending`] past `--write-queue-timeout`.
     pub async fn wait_reroute(&self, slot: Slot, node: &Arc<Node>, db: u16) -> Result<()> {
-        let Some(barrier) = self.reroute_barrier(slot, node, db) else {
-            return Ok(());
-        };
+        let barrier = self.reroute_barrier(slot, node, db);
+        self.wait_barriers(node, barrier.into_iter())
+            .await
+            .map(drop)
+    }
+
+    /// Waits for each of `barriers` in turn, each for at most
+    /// `--write-queue-timeout`: whether there were any. The error names
+    /// `node`, the node the caller is about to use.
+    async fn wait_barriers(
+        &self,
+        node: &Node,
+        barriers: impl Iterator<Item = Barrier>,
+    ) -> Result<bool> {
         let limit = self.write_behind().config().queue_timeout;
-        match tokio::time::timeout(limit, barrier.wait()).await {
-            Ok(()) => Ok(()),
-            Err(_) => Err(Error::WritesPending {
-                addr: node.addr().to_string(),
-            }),
+        let mut waited = false;
+        for barrier in barriers {
+            waited = true;
+            if tokio::time::timeout(limit, barrier.wait()).await.is_err() {
+                return Err(Error::WritesPending {
+                    addr: node.addr().to_string(),
+                });
+            }
         }
+        Ok(waited)
     }
 }
 

@@ -36,6 +36,7 @@ use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
 use sidecache_resp::frame;
 
+use super::keys::keys_of;
 use super::Queued;
 
 use crate::conn::mux::{OwnTx, Replies};
@@ -103,7 +104,7 @@ pub(super) fn wrap(batch: &[Queued], own: bool) -> (Bytes, usize, Layout, Option
         keys.clear();
         keys.push(b"EXISTS");
         for q in writes {
-            keys_of(&q.write.cmd, &mut keys);
+            keys.extend(keys_of(&q.write.cmd));
         }
         encode::encode_command(&mut out, &[b"CLIENT".as_slice(), b"CACHING", b"YES"]);
         encode::encode_command(&mut out, &[b"MULTI"]);
@@ -122,7 +123,7 @@ pub(super) fn wrap(batch: &[Queued], own: bool) -> (Bytes, usize, Layout, Option
             let mut distinct = Vec::with_capacity(keys.len());
             for q in writes {
                 let mut ks = Vec::new();
-                keys_of(&q.write.cmd, &mut ks);
+                ks.extend(keys_of(&q.write.cmd));
                 for k in ks {
                     if seen.insert(k) {
                         distinct.push(q.write.cmd.slice_ref(k));
@@ -209,65 +210,6 @@ fn unwrap_tx(frames: &[Bytes], n: usize, own: bool) -> Unwrapped {
     }
 }
 
-/// Appends the keys of an encoded `SET key …` or `MSET k v k v …`.
-fn keys_of<'a>(cmd: &'a [u8], out: &mut Vec<&'a [u8]>) {
-    let mut args = Args::new(cmd);
-    let Some(name) = args.next() else { return };
-    let mset = name.eq_ignore_ascii_case(b"MSET");
-    for (i, a) in args.enumerate() {
-        if i == 0 || (mset && i % 2 == 0) {
-            out.push(a);
-        }
-        if !mset {
-            return;
-        }
-    }
-}
-
-/// The bulk arguments of one encoded command (`*N` then `$len` bulks).
-struct Args<'a> {
-    rest: &'a [u8],
-    left: usize,
-}
-
-impl<'a> Args<'a> {
-    fn new(cmd: &'a [u8]) -> Args<'a> {
-        match header(cmd, b'*') {
-            Some((n, at)) => Args {
-                rest: &cmd[at..],
-                left: n,
-            },
-            None => Args { rest: &[], left: 0 },
-        }
-    }
-}
-
-impl<'a> Iterator for Args<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.left == 0 {
-            return None;
-        }
-        let (len, at) = header(self.rest, b'$')?;
-        let data = self.rest.get(at..at + len)?;
-        self.rest = self.rest.get(at + len + 2..)?;
-        self.left -= 1;
-        Some(data)
-    }
-}
-
-/// `<kind><number>\r\n` at the start of `buf`: the number and where what
-/// follows starts.
-fn header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
-    if buf.first() != Some(&kind) {
-        return None;
-    }
-    let end = memchr::memchr(b'\r', buf)?;
-    let n = sidecache_resp::int::parse_i64(buf.get(1..end)?)?;
-    Some((usize::try_from(n).ok()?, end + 2))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,9 +221,7 @@ mod tests {
     }
 
     fn keys(cmd: &Bytes) -> Vec<&[u8]> {
-        let mut v = Vec::new();
-        keys_of(cmd, &mut v);
-        v
+        keys_of(cmd).collect()
     }
 
     fn q(slot: Option<u16>, args: &[&str]) -> Queued {
