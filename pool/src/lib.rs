@@ -28,7 +28,7 @@
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
 //!   flushed in pipelined batches, in order, with retries and a drain; its
 //!   `batcher` part sends them, its `tracked` part wraps them for optin
-//!   tracking.
+//!   tracking, and its `keys` part reads a queued write's keys back.
 //! - [`upstream`]: the router tying it together. [`Upstream::submit`] is
 //!   the one way to send a client's pipeline to a node: it waits for the
 //!   write-behind writes the pipeline must not overtake, picks the
