@@ -112,7 +112,7 @@ fn line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ProtocolError>
     if pos >= buf.len() {
         return Ok(None);
     }
-    match memchr::memchr(b'\n', &buf[pos..]) {
+    match crate::find::byte(b'\n', &buf[pos..]) {
         Some(i) => {
             let end = pos + i;
             // `end < pos + 2`: "\n" or "\r\n" with no type byte before it.

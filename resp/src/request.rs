@@ -212,7 +212,7 @@ enum Step {
 /// Position of the `\r` ending the line that starts at `from`, once its
 /// `\n` has arrived too (Redis looks for `\r` and skips two bytes).
 fn find_cr(buf: &[u8], from: usize) -> Option<usize> {
-    let i = from + memchr::memchr(b'\r', &buf[from..])?;
+    let i = from + crate::find::byte(b'\r', &buf[from..])?;
     (i + 1 < buf.len()).then_some(i)
 }
 

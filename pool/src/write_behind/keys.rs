@@ -53,7 +53,7 @@ fn header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
     if buf.first() != Some(&kind) {
         return None;
     }
-    let end = memchr::memchr(b'\r', buf)?;
+    let end = sidecache_resp::find::byte(b'\r', buf)?;
     let n = sidecache_resp::int::parse_i64(buf.get(1..end)?)?;
     Some((usize::try_from(n).ok()?, end + 2))
 }
