@@ -5,7 +5,7 @@
 //! `memchr`'s set-up (alignment, vector loads, a call through its dispatch)
 //! costs more than the search: callgrind counted about 130 instructions a
 //! call, four calls to parse one `SET`. A byte loop over the first
-//! [`SHORT`] bytes finds such a line in a handful; a longer one (an inline
+//! 16 bytes finds such a line in a handful; a longer one (an inline
 //! request, a long status or error) goes on with `memchr`.
 
 /// How many bytes the byte loop looks at before handing over to `memchr`.
