@@ -454,12 +454,9 @@ impl Loop {
         while i < self.to_read.len() {
             let (slot, gen, side) = self.to_read[i];
             i += 1;
-            let Some(Some(c)) = self.conns.get_mut(slot as usize) else {
+            let Some(c) = live(&mut self.conns, slot, gen) else {
                 continue;
             };
-            if c.gen != gen {
-                continue;
-            }
             let s = usize::from(side);
             c.reading[s] = false;
             let d = &mut c.dirs[s];
@@ -528,12 +525,9 @@ impl Loop {
                 break;
             }
             self.heap.pop();
-            let Some(Some(c)) = self.conns.get_mut(slot as usize) else {
+            let Some(c) = live(&mut self.conns, slot, gen) else {
                 continue;
             };
-            if c.gen != gen {
-                continue;
-            }
             let d = &mut c.dirs[usize::from(side)];
             let (mut n, mut late_sum, mut late_max) = (0u64, 0u64, 0u64);
             while let Some(&(t, len)) = d.pending.front() {
@@ -575,12 +569,9 @@ impl Loop {
         while i < self.to_flush.len() {
             let (slot, gen, side) = self.to_flush[i];
             i += 1;
-            let Some(Some(c)) = self.conns.get_mut(slot as usize) else {
+            let Some(c) = live(&mut self.conns, slot, gen) else {
                 continue;
             };
-            if c.gen != gen {
-                continue;
-            }
             let s = usize::from(side);
             let dest = &c.socks[1 - s];
             let d = &mut c.dirs[s];
@@ -648,6 +639,15 @@ impl Loop {
             }
         }
     }
+}
+
+/// The connection in `slot`, if it is still the one of generation `gen`
+/// (a slot is reused once its connection closes).
+fn live(conns: &mut [Option<Conn>], slot: u32, gen: u32) -> Option<&mut Conn> {
+    conns
+        .get_mut(slot as usize)?
+        .as_mut()
+        .filter(|c| c.gen == gen)
 }
 
 /// A non-blocking TCP connection to `addr`, under way.
