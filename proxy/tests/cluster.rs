@@ -168,49 +168,18 @@ async fn ask_during_and_moved_after_slot_migration() {
         .await
         .unwrap();
     assert_eq!(n, 1);
-    let slot = sidecache_pool::Slot::for_key(key.as_bytes())
-        .get()
-        .to_string();
+    let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get();
     let src = cluster.node_for(key);
     let dst = (src + 1) % 3;
     let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
-    let src_id = cli(sp, &["cluster", "myid"]);
-    let dst_id = cli(dp, &["cluster", "myid"]);
-    assert_eq!(
-        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
-        "OK"
-    );
-    assert_eq!(
-        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
-        "OK"
-    );
-    assert_eq!(
-        cli(
-            sp,
-            &[
-                "migrate",
-                "127.0.0.1",
-                &dp.to_string(),
-                "",
-                "0",
-                "5000",
-                "KEYS",
-                key
-            ]
-        ),
-        "OK"
-    );
+    cluster.begin_migration(slot, src, dst);
+    cluster.migrate_keys(src, dst, &[key]);
     // Mid-migration: the source answers ASK; the proxy follows it.
     assert!(cli(sp, &["get", key]).starts_with("ASK"));
     let v: String = c.get(key).await.unwrap();
     assert_eq!(v, "before");
     // Finish the migration: now the source answers MOVED.
-    for n in &cluster.nodes {
-        assert_eq!(
-            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
-            "OK"
-        );
-    }
+    cluster.assign_slot(slot, dst);
     assert!(cli(sp, &["get", key]).starts_with("MOVED"));
     let _: () = c.set(key, "after").await.unwrap();
     eventually(dp, &["get", key], "after").await;
@@ -245,8 +214,6 @@ async fn a_read_after_resharding_waits_for_writes_queued_for_the_old_owner() {
         })
         .unwrap();
     let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
-    let src_id = cli(sp, &["cluster", "myid"]);
-    let dst_id = cli(dp, &["cluster", "myid"]);
     assert_eq!(cli(sp, &["client", "pause", "3000", "write"]), "OK");
     let paused = std::time::Instant::now();
     let _: () = redis::pipe()
@@ -258,21 +225,8 @@ async fn a_read_after_resharding_waits_for_writes_queued_for_the_old_owner() {
         .await
         .unwrap();
     // Move the (upstream still empty) slot to `dst`.
-    let slot = slot.to_string();
-    assert_eq!(
-        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
-        "OK"
-    );
-    assert_eq!(
-        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
-        "OK"
-    );
-    for n in &cluster.nodes {
-        assert_eq!(
-            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
-            "OK"
-        );
-    }
+    cluster.begin_migration(slot, src, dst);
+    cluster.assign_slot(slot, dst);
     // The proxy's periodic refresh picks the new owner up: two refreshes
     // begun after the move.
     let before = refreshes(&mut c).await;

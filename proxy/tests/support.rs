@@ -289,6 +289,42 @@ impl Cluster {
         self.nodes[0].url()
     }
 
+    /// The cluster node ID of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        cli(self.nodes[i].port, &["cluster", "myid"])
+    }
+
+    /// The first step of moving `slot` from node `src` to node `dst`:
+    /// `IMPORTING` on the target, then `MIGRATING` on the source.
+    pub fn begin_migration(&self, slot: u16, src: usize, dst: usize) {
+        let slot = slot.to_string();
+        let (src_id, dst_id) = (self.node_id(src), self.node_id(dst));
+        let importing = ["cluster", "setslot", &slot, "importing", &src_id];
+        assert_eq!(cli(self.nodes[dst].port, &importing), "OK");
+        let migrating = ["cluster", "setslot", &slot, "migrating", &dst_id];
+        assert_eq!(cli(self.nodes[src].port, &migrating), "OK");
+    }
+
+    /// `MIGRATE`s `keys` (all of one slot) from node `src` to node `dst`.
+    pub fn migrate_keys(&self, src: usize, dst: usize, keys: &[&str]) {
+        let port = self.nodes[dst].port.to_string();
+        let mut args = vec!["migrate", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys);
+        assert_eq!(cli(self.nodes[src].port, &args), "OK");
+    }
+
+    /// The last step: `SETSLOT … NODE dst` on the new owner, then on every
+    /// other node.
+    pub fn assign_slot(&self, slot: u16, dst: usize) {
+        let slot = slot.to_string();
+        let dst_id = self.node_id(dst);
+        let others = (0..self.nodes.len()).filter(|&i| i != dst);
+        for i in std::iter::once(dst).chain(others) {
+            let node = ["cluster", "setslot", &slot, "node", &dst_id];
+            assert_eq!(cli(self.nodes[i].port, &node), "OK");
+        }
+    }
+
     /// The node (index) serving `key` (the one that does not answer MOVED).
     pub fn node_for(&self, key: &str) -> usize {
         for (i, n) in self.nodes.iter().enumerate() {

@@ -399,42 +399,19 @@ async fn cluster_transaction_follows_ask_and_moved() {
     let key = "txmove";
     // Forwarded (not write-behind), so the key is on its master now.
     assert_eq!(pipeline(&mut s, &["INCRBY txmove 10"], 1).await, ":10\r\n");
-    let slot = sidecache_pool::Slot::for_key(key.as_bytes())
-        .get()
-        .to_string();
+    let slot = sidecache_pool::Slot::for_key(key.as_bytes()).get();
     let src = cluster.node_for(key);
     let dst = (src + 1) % 3;
     let (sp, dp) = (cluster.nodes[src].port, cluster.nodes[dst].port);
-    let src_id = cli(sp, &["cluster", "myid"]);
-    let dst_id = cli(dp, &["cluster", "myid"]);
-    assert_eq!(
-        cli(dp, &["cluster", "setslot", &slot, "importing", &src_id]),
-        "OK"
-    );
-    assert_eq!(
-        cli(sp, &["cluster", "setslot", &slot, "migrating", &dst_id]),
-        "OK"
-    );
-    let port = dp.to_string();
-    assert_eq!(
-        cli(
-            sp,
-            &["migrate", "127.0.0.1", &port, "", "0", "5000", "KEYS", key]
-        ),
-        "OK"
-    );
+    cluster.begin_migration(slot, src, dst);
+    cluster.migrate_keys(src, dst, &[key]);
     assert!(cli(sp, &["incr", key]).starts_with("ASK"));
     // Mid-migration: the source answers ASK; the block runs on the target.
     assert_eq!(
         pipeline(&mut s, &["MULTI", "INCR txmove", "EXEC"], 3).await,
         "+OK\r\n+QUEUED\r\n*1\r\n:11\r\n"
     );
-    for n in &cluster.nodes {
-        assert_eq!(
-            cli(n.port, &["cluster", "setslot", &slot, "node", &dst_id]),
-            "OK"
-        );
-    }
+    cluster.assign_slot(slot, dst);
     assert!(cli(sp, &["incr", key]).starts_with("MOVED"));
     // After it: MOVED, and the block runs on the new owner.
     assert_eq!(
