@@ -129,9 +129,10 @@ enum Pending {
     Join(Joined),
     Mget(Vec<MgetItem>),
     Invalidate(Inval),
-    /// PING while a node is not known healthy: answered by the node, on
-    /// its control connection (the encoded command).
-    Ping(Bytes),
+    /// PING while a node is not known healthy, and FUNCTION STATS:
+    /// answered by that node (or the first), on its control connection
+    /// (the encoded command).
+    Control(Bytes),
     /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
     Kill(Bytes),
     /// A MULTI … EXEC/DISCARD block on a shared connection.

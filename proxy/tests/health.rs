@@ -2,7 +2,8 @@
 //! `lua-time-limit`, PING through sidecache answers Redis's `-BUSY`,
 //! `/readyz` names the busy node, and SCRIPT KILL / FUNCTION KILL reach
 //! Redis (also when the script's own upstream connection is the one shared
-//! connection, `--pool-size 1`); afterwards PING is `+PONG` again.
+//! connection, `--pool-size 1`), as does FUNCTION STATS; afterwards PING
+//! is `+PONG` again.
 //! Redis's own test "Timedout read-only scripts can be killed by SCRIPT
 //! KILL", through the proxy.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -152,6 +153,41 @@ async fn function_kill_ends_a_busy_fcall() {
     );
     let fcall = ["FCALL", "spin", "0"];
     busy_then_killed(&proxy, &redis, &fcall, &["FUNCTION", "KILL"]).await;
+}
+
+/// FUNCTION STATS, which Redis answers while a script runs, reports the
+/// running function through sidecache too, though the only shared
+/// connection (`--pool-size 1`) is the one the FCALL waits on (Redis's
+/// test "FUNCTION - test function kill").
+#[tokio::test]
+async fn function_stats_names_the_running_function() {
+    let redis = busy_redis().await;
+    let proxy = Observed::start(&redis.url(), &["--pool-size", "1"]).await;
+    let addr = proxy.addr.to_string();
+    let lib = "#!lua name=lib\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}";
+    assert_eq!(
+        call(&addr, &["FUNCTION", "LOAD", lib]).await,
+        "$3\r\nlib\r\n"
+    );
+    // Idle: no running script.
+    let idle = call(&addr, &["FUNCTION", "STATS"]).await;
+    assert!(
+        idle.starts_with("*4\r\n$14\r\nrunning_script\r\n$-1\r\n"),
+        "{idle:?}"
+    );
+    let mut script = deferred(&addr, &["FCALL", "spin", "0"]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let stats = call(&addr, &["FUNCTION", "STATS"]).await;
+    assert!(started.elapsed() < Duration::from_secs(1), "{stats:?}");
+    assert!(
+        stats.contains("running_script") && stats.contains("$4\r\nspin\r\n"),
+        "{stats:?}"
+    );
+    assert!(stats.contains("$5\r\nFCALL\r\n"), "{stats:?}");
+    assert_eq!(call(&addr, &["FUNCTION", "KILL"]).await, "+OK\r\n");
+    let out = raw_on(&mut script, b"", 1).await;
+    assert!(out.starts_with(b"-"), "{:?}", String::from_utf8_lossy(&out));
 }
 
 #[tokio::test]

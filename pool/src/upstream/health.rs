@@ -33,14 +33,15 @@ impl Upstream {
         })
     }
 
-    /// Sends an encoded PING to the first master not known healthy (the
-    /// first master if they all are again) on its control connection:
-    /// what Redis answers (`-BUSY …`, `+PONG`) is what the client gets.
+    /// Sends an encoded command (a PING, FUNCTION STATS) to the first
+    /// master not known healthy (the first master if they all are again)
+    /// on its control connection: what Redis answers (`-BUSY …`, `+PONG`,
+    /// the running script's stats) is what the client gets.
     ///
     /// # Errors
     /// [`Error::Timeout`] when no reply came within the connect timeout;
     /// connection errors.
-    pub async fn ping_upstream(&self, cmd: Bytes) -> Result<Bytes> {
+    pub async fn control_first_troubled(&self, cmd: Bytes) -> Result<Bytes> {
         let topo = self.topology();
         let nodes = topo.nodes();
         let node = nodes

@@ -40,6 +40,11 @@ pub enum Handling {
     /// is what lets writes queued for a demoted server land); `+OK` if any
     /// master said so, else its error.
     Kill,
+    /// FUNCTION STATS, which Redis answers while a script runs (it reports
+    /// the running one): to the first master not known healthy (the first
+    /// master if all are), on its control connection, never behind the
+    /// script's own command on a shared connection.
+    Control,
     /// XREAD/XREADGROUP: forwarded unless they BLOCK.
     MaybeBlocking,
     /// MULTI/EXEC/DISCARD/WATCH/UNWATCH: the client's session machinery.
@@ -154,6 +159,7 @@ pub fn for_command(name: &str, container: Option<&str>, flags: Flags) -> Handlin
         (Some("config"), "config|set" | "config|resetstat") => Handling::FanOut(Merge::AllOk),
         (Some("script"), "script|kill") | (Some("function"), "function|kill") => Handling::Kill,
         (None, "replicaof" | "slaveof") => Handling::Kill,
+        (Some("function"), "function|stats") => Handling::Control,
         (Some("script"), "script|load" | "script|flush" | "script|exists") => {
             Handling::FanOut(Merge::First)
         }
@@ -194,6 +200,10 @@ mod tests {
             Handling::Kill
         );
         assert_eq!(for_command("replicaof", None, f), Handling::Kill);
+        assert_eq!(
+            for_command("function|stats", Some("function"), f),
+            Handling::Control
+        );
         assert_eq!(
             for_command("xread", None, blocking),
             Handling::MaybeBlocking

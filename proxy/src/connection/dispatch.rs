@@ -28,7 +28,7 @@ impl Client {
             let mut ping = BytesMut::new();
             let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
             encode::encode_command(&mut ping, &argv);
-            self.pending.push(Pending::Ping(ping.freeze()));
+            self.pending.push(Pending::Control(ping.freeze()));
             return Flow::Continue;
         }
         if cmd.changes_session() {
@@ -96,6 +96,7 @@ impl Client {
             }
             Handling::Info => self.info(req),
             Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
+            Handling::Control => self.pending.push(Pending::Control(req.raw.clone())),
             Handling::Transaction => {
                 if !self.start_session(lname, req).await {
                     self.forward(0, None, &req.raw);

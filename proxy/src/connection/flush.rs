@@ -238,7 +238,7 @@ impl Client {
                     return true;
                 }
             },
-            Pending::Ping(cmd) => match self.shared.upstream.ping_upstream(cmd).await {
+            Pending::Control(cmd) => match self.shared.upstream.control_first_troubled(cmd).await {
                 Ok(f) => self.wbuf.put_slice(&f),
                 Err(e) => {
                     e.write_reply(&mut self.wbuf);
