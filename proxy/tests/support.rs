@@ -17,8 +17,11 @@ use sidecache_resp::frame::Scanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/coherence.rs"]
 pub mod coherence;
+pub use cluster::Cluster;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -200,143 +203,6 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A 3-master cluster, created with `redis-cli --cluster create`.
-pub struct Cluster {
-    pub nodes: Vec<RedisServer>,
-}
-
-impl Cluster {
-    pub fn start() -> Cluster {
-        Cluster::start_with_replicas(0)
-    }
-
-    /// 3 masters with `replicas` replicas each (`nodes[3..]` are replicas
-    /// after creation, in redis-cli's assignment).
-    pub fn start_with_replicas(replicas: usize) -> Cluster {
-        Cluster::start_with(replicas, 5000)
-    }
-
-    /// Like [`Cluster::start_with_replicas`], with a `cluster-node-timeout`
-    /// (how long a dead master takes to be failed over).
-    pub fn start_with(replicas: usize, node_timeout_ms: u32) -> Cluster {
-        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|_| {
-                RedisServer::start_node(&["--repl-diskless-sync-delay", "0"], Some(node_timeout_ms))
-            })
-            .collect();
-        let mut cmd = Command::new("redis-cli");
-        cmd.arg("--cluster").arg("create");
-        for n in &nodes {
-            cmd.arg(n.addr());
-        }
-        let r = replicas.to_string();
-        let out = cmd
-            .args(["--cluster-replicas", &r, "--cluster-yes"])
-            .output()
-            .expect("redis-cli must be installed (see .ci/run)");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let c = Cluster { nodes };
-        c.wait_ok();
-        c
-    }
-
-    fn wait_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        'outer: while Instant::now() < deadline {
-            for n in &self.nodes {
-                let out = Command::new("redis-cli")
-                    .args(["-p", &n.port.to_string(), "cluster", "info"])
-                    .output()
-                    .expect("redis-cli");
-                if !String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue 'outer;
-                }
-            }
-            // Every node must also agree on the slot map.
-            let maps: Vec<String> = self
-                .nodes
-                .iter()
-                .map(|n| {
-                    let out = Command::new("redis-cli")
-                        .args(["-p", &n.port.to_string(), "cluster", "slots"])
-                        .output()
-                        .expect("redis-cli");
-                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .map(str::to_owned)
-                        .collect();
-                    lines.sort();
-                    lines.join(",")
-                })
-                .collect();
-            if maps.iter().all(|m| m == &maps[0]) && !maps[0].is_empty() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("cluster did not reach cluster_state:ok");
-    }
-
-    pub fn seed_url(&self) -> String {
-        self.nodes[0].url()
-    }
-
-    /// The cluster node ID of node `i`.
-    pub fn node_id(&self, i: usize) -> String {
-        cli(self.nodes[i].port, &["cluster", "myid"])
-    }
-
-    /// The first step of moving `slot` from node `src` to node `dst`:
-    /// `IMPORTING` on the target, then `MIGRATING` on the source.
-    pub fn begin_migration(&self, slot: u16, src: usize, dst: usize) {
-        let slot = slot.to_string();
-        let (src_id, dst_id) = (self.node_id(src), self.node_id(dst));
-        let importing = ["cluster", "setslot", &slot, "importing", &src_id];
-        assert_eq!(cli(self.nodes[dst].port, &importing), "OK");
-        let migrating = ["cluster", "setslot", &slot, "migrating", &dst_id];
-        assert_eq!(cli(self.nodes[src].port, &migrating), "OK");
-    }
-
-    /// `MIGRATE`s `keys` (all of one slot) from node `src` to node `dst`.
-    pub fn migrate_keys(&self, src: usize, dst: usize, keys: &[&str]) {
-        let port = self.nodes[dst].port.to_string();
-        let mut args = vec!["migrate", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-        args.extend(keys);
-        assert_eq!(cli(self.nodes[src].port, &args), "OK");
-    }
-
-    /// The last step: `SETSLOT … NODE dst` on the new owner, then on every
-    /// other node.
-    pub fn assign_slot(&self, slot: u16, dst: usize) {
-        let slot = slot.to_string();
-        let dst_id = self.node_id(dst);
-        let others = (0..self.nodes.len()).filter(|&i| i != dst);
-        for i in std::iter::once(dst).chain(others) {
-            let node = ["cluster", "setslot", &slot, "node", &dst_id];
-            assert_eq!(cli(self.nodes[i].port, &node), "OK");
-        }
-    }
-
-    /// The node (index) serving `key` (the one that does not answer MOVED).
-    pub fn node_for(&self, key: &str) -> usize {
-        for (i, n) in self.nodes.iter().enumerate() {
-            let out = Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "exists", key])
-                .output()
-                .expect("redis-cli");
-            if !String::from_utf8_lossy(&out.stdout).contains("MOVED") {
-                return i;
-            }
-        }
-        panic!("no node serves {key}");
     }
 }
 
