@@ -54,11 +54,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         'outer: while Instant::now() < deadline {
             for n in &self.nodes {
-                let out = Command::new("redis-cli")
-                    .args(["-p", &n.port.to_string(), "cluster", "info"])
-                    .output()
-                    .expect("redis-cli");
-                if !String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
+                if !cli(n.port, &["cluster", "info"]).contains("cluster_state:ok") {
                     std::thread::sleep(Duration::from_millis(100));
                     continue 'outer;
                 }
@@ -68,14 +64,8 @@ impl Cluster {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let out = Command::new("redis-cli")
-                        .args(["-p", &n.port.to_string(), "cluster", "slots"])
-                        .output()
-                        .expect("redis-cli");
-                    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .map(str::to_owned)
-                        .collect();
+                    let slots = cli(n.port, &["cluster", "slots"]);
+                    let mut lines: Vec<&str> = slots.lines().collect();
                     lines.sort();
                     lines.join(",")
                 })
@@ -131,11 +121,7 @@ impl Cluster {
     /// The node (index) serving `key` (the one that does not answer MOVED).
     pub fn node_for(&self, key: &str) -> usize {
         for (i, n) in self.nodes.iter().enumerate() {
-            let out = Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "exists", key])
-                .output()
-                .expect("redis-cli");
-            if !String::from_utf8_lossy(&out.stdout).contains("MOVED") {
+            if !cli(n.port, &["exists", key]).contains("MOVED") {
                 return i;
             }
         }
