@@ -12,6 +12,15 @@
 #   sidecache-unix   latbench ──▶ the same, Unix socket    ──relay──▶ Redis B
 #   (set-wt rows)    latbench ──▶ sidecache --write-mode write-through ──relay──▶ Redis C
 #
+# Everything reaches the relay over TCP, as it would reach Redis over a
+# network; the relay reaches each Redis over its Unix socket
+# (RELAY_UPSTREAM=unix, the default; tcp for loopback TCP), so its second
+# hop costs the shared cores less: a network's hop costs the application's
+# host nothing. Each run also records the CPU time (utime + stime, from
+# /proc/PID/stat) the relay, the proxy and the Redis behind it used per
+# request: on a machine whose cores every process shares, that is what
+# bounds the many-client rows (see the report's CPU table).
+#
 # With PIN=1 (default) the client, sidecache and twemproxy share CPU 0 (the
 # application's host) and the relay and the Redises CPU 1 (the network and
 # the Redis host), so the relay's work never takes the client's core.
@@ -37,6 +46,7 @@
 #        BASELINE_BIN=path  (adds target "baseline": another sidecache
 #                            binary, TCP, with a Redis of its own; for A/B)
 #        PIN=1 APP_CPU=0 REMOTE_CPU=1  SIDECACHE_BIN  SIDECACHE_ARGS
+#        RELAY_UPSTREAM=unix|tcp
 #        SKIP_BUILD=1  PAUSE=0.3
 #        RESULTS_DIR=bench/results  PREFIX=net  KEEP_WORKDIR=1  CHART=1
 # Output: $RESULTS_DIR/$PREFIX.md (table), $PREFIX-raw.csv (every run),
@@ -65,6 +75,8 @@ PREFIX="${PREFIX:-net}"
 KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
 CHART="${CHART:-1}"
 SELFTEST="${SELFTEST:-1}"
+RELAY_UPSTREAM="${RELAY_UPSTREAM:-unix}"
+[[ "$RELAY_UPSTREAM" == unix || "$RELAY_UPSTREAM" == tcp ]] || { echo "RELAY_UPSTREAM must be unix or tcp" >&2; exit 2; }
 # PIN=1: the application side (latbench, sidecache, twemproxy) on CPU
 # APP_CPU, the "remote" side (relay, Redis) on REMOTE_CPU, as an app host
 # and a Redis host would be; PIN=0 lets the scheduler place everything.
@@ -157,14 +169,16 @@ wait_ready() { # wait_ready NAME PID PORT
 }
 
 # Redises: A (direct, twemproxy), B (sidecache), C (write-through), D (baseline).
-declare -A RPORT=()
+declare -A RPORT=() RPID=()
 REDISES="A B C"
 [[ -n "$BASELINE_BIN" ]] && REDISES+=" D"
 value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
 for r in $REDISES; do
   pick_port; RPORT[$r]="$PICKED"; mkdir -p "$WORK/redis-$r"
   start_bg "redis-$r" "${REMOTE[@]}" redis-server --bind 127.0.0.1 --port "$PICKED" --dir "$WORK/redis-$r" \
+    --unixsocket "$WORK/redis-$r.sock" --unixsocketperm 700 \
     --save '' --appendonly no --daemonize no
+  RPID[$r]="$LAST_PID"
   wait_ready "redis-$r" "$LAST_PID" "$PICKED"
   # Every key of the keyspace exists: GET and MGET read hits.
   awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
@@ -178,7 +192,14 @@ if [[ "$SELFTEST" == 1 ]]; then
 fi
 
 RAW="$WORK/raw.csv"
-echo "rtt_ms,round,clients,target,test,rps,p50_us,p99_us,mean_us,requests,errors,nils" >"$RAW"
+echo "rtt_ms,round,clients,target,test,rps,p50_us,p99_us,mean_us,requests,errors,nils,relay_cpu_us,proxy_cpu_us,redis_cpu_us" >"$RAW"
+TCK="$(getconf CLK_TCK)"
+ticks() { # ticks PID: utime + stime of the process (all threads), clock ticks
+  [[ -n "$1" ]] && awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo ""
+}
+per_req() { # per_req BEFORE AFTER REQUESTS: µs of CPU per request, or empty
+  [[ -n "$1" && -n "$2" && "$3" -gt 0 ]] && awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" 'BEGIN { printf "%.2f", (b - a) / t * 1e6 / n }' || true
+}
 read -r -a TARGET_LIST <<<"$TARGETS"
 read -r -a EXTRA <<<"$SIDECACHE_ARGS"
 WARM_FILE="$WORK/warm.txt"
@@ -192,12 +213,18 @@ for rtt in $RTTS; do
   declare -A VIA=()
   for r in $REDISES; do
     pick_port; VIA[$r]="$PICKED"
-    routes+=(--route "127.0.0.1:$PICKED=127.0.0.1:${RPORT[$r]}")
+    if [[ "$RELAY_UPSTREAM" == unix ]]; then
+      routes+=(--route "127.0.0.1:$PICKED=unix:$WORK/redis-$r.sock")
+    else
+      routes+=(--route "127.0.0.1:$PICKED=127.0.0.1:${RPORT[$r]}")
+    fi
   done
   declare -A WHO=() DEAD=()
   start_bg "relay-$rtt" "${REMOTE[@]}" "$RELAY" --delay-us "$one_way_us" --jitter-us "$JITTER_US" "${routes[@]}"
   STARTED+=("$LAST_PID")
   WHO[$LAST_PID]=relay
+  RELAY_PID="$LAST_PID"
+  declare -A PPID_OF=() BEHIND=([redis]=A [twemproxy]=A [sidecache]=B [sidecache-wt]=C [baseline]=D)
   wait_ready "relay-$rtt" "$LAST_PID" "${VIA[A]}"
   declare -A PORT=() SOCK=()
   PORT[redis]="${VIA[A]}"
@@ -209,6 +236,7 @@ for rtt in $RTTS; do
       "${EXTRA[@]}" "$@"
     STARTED+=("$LAST_PID")
     WHO[$LAST_PID]="$name"
+    PPID_OF[$name]="$LAST_PID"
     wait_ready "$name-$rtt" "$LAST_PID" "$p"
     PORT[$name]="$p"; SOCK[$name]="$WORK/$name-$rtt.sock"
     # Warm: every key read once (pipelined, so quick at any round trip).
@@ -236,6 +264,7 @@ EOF
     start_bg "nutcracker-$rtt" "${APP[@]}" nutcracker --conf-file="$WORK/nutcracker-$rtt.yml" --stats-port="$PICKED" --stats-addr=127.0.0.1
     STARTED+=("$LAST_PID")
     WHO[$LAST_PID]=twemproxy
+    PPID_OF[twemproxy]="$LAST_PID"
     wait_ready "nutcracker-$rtt" "$LAST_PID" "$tp"
     PORT[twemproxy]="$tp"
   fi
@@ -274,13 +303,20 @@ EOF
       set-p16) args=(--test set --pipeline 16) ;;
       *) die "unknown test $test" ;;
     esac
-    local line
+    local line base="${t%-unix}"
+    local rpid="${RPID[${BEHIND[$base]:-}]:-}" ppid="${PPID_OF[$base]:-}"
+    local c0=("$(ticks "$RELAY_PID")" "$(ticks "$ppid")" "$(ticks "$rpid")")
     if ! line="$(timeout 120 "${APP[@]}" "$LAT" "${where[@]}" --keyspace "$keyspace" --data-size "$DATA_SIZE" \
       --clients "$clients" --seconds "$SECS" --warmup "$WARMUP" "${args[@]}" 2>>"$WORK/latbench.log")"; then
       log "  warning: $target $test -c $clients failed; not counted"
       return 0
     fi
-    echo "$rtt,$round,$clients,$target,$test,$line" >>"$RAW"
+    local c1=("$(ticks "$RELAY_PID")" "$(ticks "$ppid")" "$(ticks "$rpid")")
+    # The CPU per request spans latbench's warm-up too: it counts the
+    # warm-up's requests at the measured rate.
+    local n
+    n="$(awk -F, -v w="$WARMUP" -v s="$SECS" '{ printf "%d", $5 * (s + w) / s }' <<<"$line")"
+    echo "$rtt,$round,$clients,$target,$test,$line,$(per_req "${c0[0]}" "${c1[0]}" "$n"),$(per_req "${c0[1]}" "${c1[1]}" "$n"),$(per_req "${c0[2]}" "${c1[2]}" "$n")" >>"$RAW"
     printf '[net]   rtt %-4s c=%-3s %-15s %-9s %s\n' "$rtt" "$clients" "$target" "$test" "$line" >&2
   }
   for ((round = 1; round <= ROUNDS; round++)); do
@@ -301,7 +337,7 @@ EOF
   keep=()
   for pid in "${PIDS[@]}"; do [[ " ${STARTED[*]} " == *" $pid "* ]] || keep+=("$pid"); done
   PIDS=("${keep[@]}")
-  unset VIA PORT SOCK WHO DEAD
+  unset VIA PORT SOCK WHO DEAD PPID_OF BEHIND
 done
 
 mkdir -p "$RESULTS_DIR"
@@ -309,7 +345,7 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
 [[ -f "$WORK/exits.txt" ]] && { log "processes that exited during the run:"; cat "$WORK/exits.txt" >&2; }
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"

@@ -96,6 +96,43 @@ for x in order_x:
         lines.append(f"| {x} | {rtt} ms | " + " | ".join(cells) + " |")
 lines.append("")
 
+
+def med_opt(rtt, clients, target, test, field):
+    """The median of a field older runs may not have (or left empty)."""
+    rows = [r for r in runs.get((rtt, clients, target, test), []) if r.get(field)]
+    return statistics.median(float(r[field]) for r in rows) if rows else None
+
+
+# Where the shared cores went at MANY clients: CPU per request of the relay
+# (the stand-in network), the proxy and the Redis behind the target.
+if any(r.get("relay_cpu_us") for rows in runs.values() for r in rows):
+    lines.append(f"### {many} clients: CPU per request, µs: relay / proxy / Redis")
+    lines.append("")
+    lines.append(
+        "utime + stime over each run (its warm-up included, counted at the measured rate), "
+        "divided by its requests; `-` where a process has no part in the target. Hits and "
+        "acknowledged SETs cost the relay and Redis nothing per request (the write-behind "
+        "batches cost Redis a little)."
+    )
+    lines.append("")
+    lines.append("| test | RTT | " + " | ".join(order_t) + " |")
+    lines.append("|---|---:|" + "---:|" * len(order_t))
+
+    def cpu(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    for x in order_x:
+        for rtt in rtts:
+            cells = []
+            for t in order_t:
+                if not runs.get((rtt, many, t, x)):
+                    cells.append("n/a")
+                    continue
+                f = [med_opt(rtt, many, t, x, k) for k in ("relay_cpu_us", "proxy_cpu_us", "redis_cpu_us")]
+                cells.append(" / ".join(cpu(v) for v in f))
+            lines.append(f"| {x} | {rtt} ms | " + " | ".join(cells) + " |")
+    lines.append("")
+
 # The issue's targets, at 0.5 ms.
 if "0.5" in rtts:
     r = "0.5"

@@ -36,7 +36,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +45,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
+
+mod sock;
+mod thread;
+pub use sock::Upstream;
+use sock::{connect_nonblocking, Sock};
+use thread::{set_timer_slack_1ns, thread_id};
 
 /// Bytes one direction of one connection may hold in the relay.
 pub const IN_FLIGHT_BYTES: usize = 4 << 20;
@@ -104,6 +110,8 @@ pub struct RelayStats {
     pub late_ns_max: AtomicU64,
     /// Whether the relay thread's timer slack could be set to 1 ns.
     pub slack_set: AtomicBool,
+    /// The relay thread's id (0 until it runs, or where it is unknown).
+    pub tid: AtomicU64,
 }
 
 /// A running relay.
@@ -122,7 +130,7 @@ impl Relay {
     ///
     /// # Errors
     /// When a listen address cannot be bound (or epoll cannot be set up).
-    pub fn start(routes: &[(SocketAddr, SocketAddr)], cfg: DelayConfig) -> io::Result<Relay> {
+    pub fn start(routes: &[(SocketAddr, Upstream)], cfg: DelayConfig) -> io::Result<Relay> {
         let stats = Arc::new(RelayStats::default());
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
@@ -134,7 +142,7 @@ impl Relay {
         )?;
         let mut listeners = Vec::new();
         let mut listen = Vec::new();
-        for (i, &(l, c)) in routes.iter().enumerate() {
+        for (i, (l, c)) in routes.iter().enumerate() {
             let l = TcpListener::bind(l)?;
             l.set_nonblocking(true)?;
             listen.push(l.local_addr()?);
@@ -144,15 +152,23 @@ impl Relay {
                 epoll::EventData::new_u64(LISTENER | i as u64),
                 epoll::EventFlags::IN | epoll::EventFlags::ET,
             )?;
-            listeners.push((l, c));
+            listeners.push((l, c.clone()));
         }
         let st = Arc::clone(&stats);
+        // The thread says when it has set itself up (its id known, its
+        // timer slack set), so the counters are complete once this returns.
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("relay".into())
             .spawn(move || {
-                if set_timer_slack_1ns() {
+                let tid = thread_id();
+                if let Some(tid) = tid {
+                    st.tid.store(tid, Ordering::Relaxed);
+                }
+                if tid.is_some_and(set_timer_slack_1ns) {
                     st.slack_set.store(true, Ordering::Relaxed);
                 }
+                let _ = ready.send(());
                 let mut lp = Loop {
                     ep,
                     cfg,
@@ -168,6 +184,7 @@ impl Relay {
                 };
                 lp.run();
             })?;
+        let _ = started.recv();
         Ok(Relay {
             listen,
             stats,
@@ -238,7 +255,7 @@ impl Dir {
 /// direction `d` reads socket `d` and writes socket `1 - d`.
 struct Conn {
     gen: u32,
-    socks: [TcpStream; 2],
+    socks: [Sock; 2],
     dirs: [Dir; 2],
     /// Socket `i` may have bytes to read (an edge seen, not read dry).
     readable: [bool; 2],
@@ -256,7 +273,7 @@ struct Loop {
     ep: OwnedFd,
     cfg: DelayConfig,
     stats: Arc<RelayStats>,
-    listeners: Vec<(TcpListener, SocketAddr)>,
+    listeners: Vec<(TcpListener, Upstream)>,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
     /// Each direction with chunks not yet due: its next deadline (one entry
@@ -388,7 +405,6 @@ impl Loop {
             let Some((l, connect)) = self.listeners.get(route) else {
                 return;
             };
-            let connect = *connect;
             let client = match l.accept() {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -402,7 +418,7 @@ impl Loop {
         }
     }
 
-    fn add_conn(&mut self, client: TcpStream, upstream: TcpStream) -> io::Result<()> {
+    fn add_conn(&mut self, client: TcpStream, upstream: Sock) -> io::Result<()> {
         client.set_nonblocking(true)?;
         client.set_nodelay(true)?;
         let slot = match self.free.pop() {
@@ -419,10 +435,10 @@ impl Loop {
             | epoll::EventFlags::OUT
             | epoll::EventFlags::RDHUP
             | epoll::EventFlags::ET;
-        for (side, s) in [(0u8, &client), (1, &upstream)] {
+        for (side, fd) in [(0u8, client.as_fd()), (1, upstream.as_fd())] {
             if let Err(e) = epoll::add(
                 &self.ep,
-                s.as_fd(),
+                fd,
                 epoll::EventData::new_u64(token(slot, gen, side)),
                 flags,
             ) {
@@ -432,7 +448,7 @@ impl Loop {
         }
         self.conns[slot as usize] = Some(Conn {
             gen,
-            socks: [client, upstream],
+            socks: [Sock::Tcp(client), upstream],
             dirs: [
                 Dir::new(self.cfg.forward, seed),
                 Dir::new(self.cfg.back, seed ^ 0xABCD),
@@ -469,7 +485,7 @@ impl Loop {
                 continue; // full: read again when bytes go out
             }
             let want = room.min(READ_SIZE);
-            let r = (&c.socks[s]).read(&mut self.scratch[..want]);
+            let r = c.socks[s].read(&mut self.scratch[..want]);
             let n = match r {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -578,7 +594,7 @@ impl Loop {
             d.flushing = false;
             let mut freed = false;
             while d.due_len > 0 && !d.done {
-                match (&*dest).write(&d.buf[..d.due_len]) {
+                match dest.write(&d.buf[..d.due_len]) {
                     Ok(n) => {
                         d.buf.advance(n);
                         d.due_len -= n;
@@ -648,35 +664,4 @@ fn live(conns: &mut [Option<Conn>], slot: u32, gen: u32) -> Option<&mut Conn> {
         .get_mut(slot as usize)?
         .as_mut()
         .filter(|c| c.gen == gen)
-}
-
-/// A non-blocking TCP connection to `addr`, under way.
-fn connect_nonblocking(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    s.set_nonblocking(true)?;
-    s.set_tcp_nodelay(true)?;
-    match s.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    Ok(s.into())
-}
-
-/// Sets this thread's timer slack to 1 ns: `/proc/TID/timerslack_ns` of
-/// this thread (`/proc/thread-self` names it; its own directory has no
-/// `timerslack_ns`). Linux only; `false` where it fails.
-fn set_timer_slack_1ns() -> bool {
-    let Ok(link) = std::fs::read_link("/proc/thread-self") else {
-        return false;
-    };
-    let Some(tid) = link.file_name().and_then(|t| t.to_str()) else {
-        return false;
-    };
-    std::fs::write(format!("/proc/{tid}/timerslack_ns"), "1").is_ok()
 }

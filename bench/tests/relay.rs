@@ -1,13 +1,15 @@
 //! The relay keeps every byte and their order, both ways, with jitter (whose
 //! deadlines could reorder chunks if they were not kept monotonic), and
-//! relays a FIN after the bytes before it. No timing is asserted here: the
-//! delay's precision is benchmark output (`relay --self-test`).
+//! relays a FIN after the bytes before it, to a TCP upstream and to a Unix
+//! socket one. No timing is asserted here: the delay's precision is
+//! benchmark output (`relay --self-test`).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-use sidecache_bench::relay::{DelayConfig, Relay};
+use sidecache_bench::relay::{DelayConfig, Relay, Upstream};
 
 /// An echo server on a free loopback port (a thread per connection; it
 /// closes its side when the client's FIN arrives).
@@ -16,23 +18,42 @@ fn echo() -> SocketAddr {
     let addr = l.local_addr().expect("echo addr");
     std::thread::spawn(move || {
         for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                loop {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if s.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
+            let Ok(s) = s else { continue };
+            std::thread::spawn(move || echo_stream(s));
         }
     });
     addr
+}
+
+/// The same on a Unix socket in a fresh directory (left for the OS's
+/// temporary-file cleanup: the test process may end before the thread).
+fn echo_unix() -> Upstream {
+    let dir = std::env::temp_dir().join(format!("relay-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    let path = dir.join("echo.sock");
+    let _ = std::fs::remove_file(&path);
+    let l = UnixListener::bind(&path).expect("bind unix echo");
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            std::thread::spawn(move || echo_stream(s));
+        }
+    });
+    Upstream::Unix(path)
+}
+
+fn echo_stream(mut s: impl Read + Write) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Deterministic bytes: `len` of them for connection `c`.
@@ -50,7 +71,31 @@ fn pattern(c: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn bytes_and_order_are_kept_both_ways_with_jitter() {
-    let upstream = echo();
+    kept_both_ways(echo().into());
+}
+
+#[test]
+fn bytes_and_order_are_kept_to_a_unix_socket_upstream() {
+    kept_both_ways(echo_unix());
+}
+
+#[test]
+fn upstream_parses_tcp_and_unix() {
+    assert_eq!(
+        "127.0.0.1:6379".parse::<Upstream>().expect("tcp"),
+        Upstream::Tcp("127.0.0.1:6379".parse().expect("addr"))
+    );
+    assert_eq!(
+        "unix:/run/redis.sock".parse::<Upstream>().expect("unix"),
+        Upstream::Unix("/run/redis.sock".into())
+    );
+    assert!("localhost".parse::<Upstream>().is_err());
+}
+
+/// Four connections of 300,000 bytes each through a jittered relay to an
+/// echo at `upstream`: every byte comes back, in order, and the relay
+/// thread's CPU time is readable and has moved.
+fn kept_both_ways(upstream: Upstream) {
     let cfg = DelayConfig {
         forward: Duration::from_micros(200),
         back: Duration::from_micros(100),
@@ -60,6 +105,10 @@ fn bytes_and_order_are_kept_both_ways_with_jitter() {
     let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let relay = Relay::start(&[(any, upstream)], cfg).expect("relay");
     let addr = relay.listen[0];
+    let cpu0 = relay
+        .stats
+        .cpu_time()
+        .expect("the relay thread's schedstat");
     let clients: Vec<_> = (0..4u64)
         .map(|c| {
             std::thread::spawn(move || {
@@ -99,5 +148,13 @@ fn bytes_and_order_are_kept_both_ways_with_jitter() {
             .connections
             .load(std::sync::atomic::Ordering::Relaxed),
         4
+    );
+    let cpu1 = relay
+        .stats
+        .cpu_time()
+        .expect("the relay thread's schedstat");
+    assert!(
+        cpu1 > cpu0,
+        "relaying 2.4 MB took CPU time: {cpu0:?} -> {cpu1:?}"
     );
 }

@@ -5,6 +5,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,13 +14,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sidecache_bench::hist::Histogram;
-use sidecache_bench::relay::{DelayConfig, Relay};
+use sidecache_bench::relay::{DelayConfig, Relay, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser, Debug)]
 #[command(about = "TCP relay adding a one-way delay per direction (or --self-test)")]
 struct Args {
-    /// LISTEN=CONNECT, e.g. 127.0.0.1:7000=127.0.0.1:6379 (repeatable).
+    /// LISTEN=CONNECT, e.g. 127.0.0.1:7000=127.0.0.1:6379, or
+    /// 127.0.0.1:7000=unix:/run/redis.sock (repeatable).
     #[arg(long = "route")]
     routes: Vec<String>,
     /// One-way delay, client to upstream, µs.
@@ -83,7 +86,7 @@ fn main() -> Result<()> {
             .split_once('=')
             .with_context(|| format!("--route {r}: expected LISTEN=CONNECT"))?;
         let l: SocketAddr = l.parse().with_context(|| format!("--route {r}: listen"))?;
-        let c: SocketAddr = c.parse().with_context(|| format!("--route {r}: connect"))?;
+        let c: Upstream = c.parse().with_context(|| format!("--route {r}: connect"))?;
         routes.push((l, c));
     }
     let relay = Relay::start(&routes, cfg).context("starting the relay")?;
@@ -101,30 +104,45 @@ fn main() -> Result<()> {
     }
 }
 
-/// An echo server on a free port: a thread per connection.
-fn echo_server() -> Result<SocketAddr> {
+/// An echo server on a free port, and another on a Unix socket in a fresh
+/// temporary directory: a thread per connection.
+fn echo_servers() -> Result<(SocketAddr, PathBuf)> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     std::thread::spawn(move || {
         for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
+            let Ok(s) = s else { continue };
             let _ = s.set_nodelay(true);
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if s.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
+            std::thread::spawn(move || echo(s));
         }
     });
-    Ok(addr)
+    let dir = std::env::temp_dir().join(format!("relay-self-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("echo.sock");
+    let _ = std::fs::remove_file(&path);
+    let u = UnixListener::bind(&path)?;
+    std::thread::spawn(move || {
+        for s in u.incoming() {
+            let Ok(s) = s else { continue };
+            std::thread::spawn(move || echo(s));
+        }
+    });
+    Ok((addr, path))
+}
+
+/// Writes back what it reads until the peer closes.
+fn echo(mut s: impl Read + Write) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 const MSG: usize = 32;
@@ -141,7 +159,15 @@ fn ping(s: &mut TcpStream, buf: &mut [u8; MSG]) -> Result<Duration> {
 }
 
 fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
-    let echo = echo_server()?;
+    let (echo, echo_unix) = echo_servers()?;
+    let result = self_test_rows(a, base, echo, &echo_unix);
+    if let Some(dir) = echo_unix.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+fn self_test_rows(a: &Args, base: DelayConfig, echo: SocketAddr, echo_unix: &Path) -> Result<()> {
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let mut report = String::new();
     let mut line = |s: String| {
@@ -169,7 +195,7 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
             back: Duration::from_micros(d),
             ..base
         };
-        let relay = Relay::start(&[(any, echo)], cfg)?;
+        let relay = Relay::start(&[(any, echo.into())], cfg)?;
         let mut via = TcpStream::connect(relay.listen[0])?;
         let mut direct = TcpStream::connect(echo)?;
         via.set_nodelay(true)?;
@@ -205,17 +231,19 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
     line(String::new());
     line(format!(
         "Throughput: each connection sends P 32-byte requests per round trip and reads \
-         their echo, {:.0} s per row; requests/s through the relay and, for reference, \
-         direct; how late the relay wrote chunks past their deadlines under that load. \
-         With C connections and a one-way delay D, C / 2D bounds the rate (Little's law).",
+         their echo, {:.0} s per row; requests/s through the relay, with the echo server \
+         reached over TCP and over a Unix socket, and, for reference, direct; the relay \
+         thread's own CPU time per request (its schedstat); how late the relay wrote chunks \
+         past their deadlines under that load. With C connections and a one-way delay D, \
+         C / 2D bounds the rate (Little's law).",
         a.seconds
     ));
     line(String::new());
     line(
-        "| one-way delay | P | connections | through the relay, req/s | direct, req/s | late writes (mean / max) |"
+        "| one-way delay | P | connections | relay → TCP, req/s | relay CPU per req | relay → Unix, req/s | relay CPU per req | direct, req/s | late writes, TCP (mean / max) |"
             .into(),
     );
-    line("|---:|---:|---:|---:|---:|---:|".into());
+    line("|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into());
     let mut rows = Vec::new();
     for r in &a.throughput {
         let f: Vec<&str> = r.split(':').collect();
@@ -237,23 +265,43 @@ fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
             back: Duration::from_micros(d),
             ..base
         };
-        let relay = Relay::start(&[(any, echo)], cfg)?;
-        let via = throughput(relay.listen[0], clients, p, a.seconds)?;
-        let chunks = relay.stats.chunks.load(Ordering::Relaxed).max(1);
-        let late_mean = relay.stats.late_ns_sum.load(Ordering::Relaxed) as f64 / chunks as f64;
-        let late_max = relay.stats.late_ns_max.load(Ordering::Relaxed) as f64;
-        drop(relay);
-        let direct = throughput(echo, clients, p, a.seconds)?;
+        let (via, cpu, late_mean, late_max) =
+            relayed(&(any, echo.into()), cfg, clients, p, a.seconds)?;
+        let unix = Upstream::Unix(echo_unix.to_path_buf());
+        let (via_unix, cpu_unix, _, _) = relayed(&(any, unix), cfg, clients, p, a.seconds)?;
+        let (direct, _, _) = throughput(echo, clients, p, a.seconds, || None)?;
         line(format!(
-            "| {d} µs | {p} | {clients} | {via:.0} | {direct:.0} | {:.1} / {:.1} µs |",
-            late_mean / 1000.0,
-            late_max / 1000.0
+            "| {d} µs | {p} | {clients} | {via:.0} | {cpu} | {via_unix:.0} | {cpu_unix} | {direct:.0} | {late_mean:.1} / {late_max:.1} µs |",
         ));
     }
     if let Some(out) = &a.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
+}
+
+/// A throughput run through a relay of `route`: requests/s, the relay
+/// thread's CPU per request (µs, or "n/a"), and how late it wrote chunks
+/// (mean and max, µs).
+fn relayed(
+    route: &(SocketAddr, Upstream),
+    cfg: DelayConfig,
+    clients: usize,
+    p: usize,
+    secs: f64,
+) -> Result<(f64, String, f64, f64)> {
+    let relay = Relay::start(std::slice::from_ref(route), cfg)?;
+    let stats = Arc::clone(&relay.stats);
+    let (rate, requests, cpu) =
+        throughput(relay.listen[0], clients, p, secs, move || stats.cpu_time())?;
+    let cpu = match cpu {
+        Some(c) if requests > 0 => format!("{:.2} µs", c.as_secs_f64() * 1e6 / requests as f64),
+        _ => "n/a".into(),
+    };
+    let chunks = relay.stats.chunks.load(Ordering::Relaxed).max(1);
+    let late_mean = relay.stats.late_ns_sum.load(Ordering::Relaxed) as f64 / chunks as f64;
+    let late_max = relay.stats.late_ns_max.load(Ordering::Relaxed) as f64;
+    Ok((rate, cpu, late_mean / 1000.0, late_max / 1000.0))
 }
 
 /// The date and time now (UTC), from the system clock.
@@ -280,8 +328,15 @@ fn chrono_like_now() -> String {
 }
 
 /// Requests per second that `clients` connections, each with `p` requests
-/// out at a time, get from `addr` (an echo) in `secs`.
-fn throughput(addr: SocketAddr, clients: usize, p: usize, secs: f64) -> Result<f64> {
+/// out at a time, get from `addr` (an echo) in `secs`; the requests in that
+/// window, and how far `clock` (a CPU-time probe) moved over it.
+fn throughput(
+    addr: SocketAddr,
+    clients: usize,
+    p: usize,
+    secs: f64,
+    clock: impl Fn() -> Option<Duration> + Send + 'static,
+) -> Result<(f64, u64, Option<Duration>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -306,14 +361,15 @@ fn throughput(addr: SocketAddr, clients: usize, p: usize, secs: f64) -> Result<f
         }
         // A short warm-up, then the measured window.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let start = (Instant::now(), done.load(Ordering::Relaxed));
+        let start = (Instant::now(), done.load(Ordering::Relaxed), clock());
         tokio::time::sleep(Duration::from_secs_f64(secs)).await;
         let n = done.load(Ordering::Relaxed) - start.1;
+        let cpu = start.2.zip(clock()).map(|(a, b)| b.saturating_sub(a));
         let rate = n as f64 / start.0.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             t.await??;
         }
-        Ok(rate)
+        Ok((rate, n, cpu))
     })
 }
