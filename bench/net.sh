@@ -45,7 +45,7 @@
 #        MODES="1 many"  TARGETS="redis sidecache sidecache-unix twemproxy"
 #        BASELINE_BIN=path  (adds target "baseline": another sidecache
 #                            binary, TCP, with a Redis of its own; for A/B)
-#        PIN=1 APP_CPU=0 REMOTE_CPU=1  SIDECACHE_BIN  SIDECACHE_ARGS
+#        PIN=1 APP_CPU=0 REMOTE_CPU=1 REDIS_CPU=$REMOTE_CPU  SIDECACHE_BIN  SIDECACHE_ARGS
 #        RELAY_UPSTREAM=unix|tcp
 #        SKIP_BUILD=1  PAUSE=0.3
 #        RESULTS_DIR=bench/results  PREFIX=net  KEEP_WORKDIR=1  CHART=1
@@ -83,11 +83,16 @@ RELAY_UPSTREAM="${RELAY_UPSTREAM:-unix}"
 PIN="${PIN:-1}"
 APP_CPU="${APP_CPU:-0}"
 REMOTE_CPU="${REMOTE_CPU:-1}"
+# REDIS_CPU: where the Redises run when pinned (default REMOTE_CPU; APP_CPU
+# gives the relay a core of its own, a check of what the relay costs them).
+REDIS_CPU="${REDIS_CPU:-$REMOTE_CPU}"
 APP=()
 REMOTE=()
+REDIS_ON=()
 if [[ "$PIN" == 1 ]] && (($(nproc) >= 2)) && command -v taskset >/dev/null; then
   APP=(taskset -c "$APP_CPU")
   REMOTE=(taskset -c "$REMOTE_CPU")
+  REDIS_ON=(taskset -c "$REDIS_CPU")
 else
   PIN=0
 fi
@@ -175,7 +180,7 @@ REDISES="A B C"
 value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
 for r in $REDISES; do
   pick_port; RPORT[$r]="$PICKED"; mkdir -p "$WORK/redis-$r"
-  start_bg "redis-$r" "${REMOTE[@]}" redis-server --bind 127.0.0.1 --port "$PICKED" --dir "$WORK/redis-$r" \
+  start_bg "redis-$r" "${REDIS_ON[@]}" redis-server --bind 127.0.0.1 --port "$PICKED" --dir "$WORK/redis-$r" \
     --unixsocket "$WORK/redis-$r.sock" --unixsocketperm 700 \
     --save '' --appendonly no --daemonize no
   RPID[$r]="$LAST_PID"
@@ -345,7 +350,7 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN${PIN:+ REDIS_CPU=$REDIS_CPU} KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
 [[ -f "$WORK/exits.txt" ]] && { log "processes that exited during the run:"; cat "$WORK/exits.txt" >&2; }
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"
