@@ -4,6 +4,8 @@
 //! - `relay` (module and binary): a TCP relay adding a one-way delay each
 //!   way, timed by a thread of its own, for `bench/net.sh`; `relay
 //!   --self-test` measures the delay it adds and what it carries.
+//! - `echo`: echo servers (TCP, Unix socket) for the relay's self-test and
+//!   tests.
 //! - `hist`: a latency histogram with 1 µs buckets.
 //! - `latbench` (binary): one load (GET hit/miss, SET, INCR, MGET,
 //!   pipelined) from one or many connections, TCP or Unix socket; prints
@@ -14,5 +16,6 @@
 //!   mix (idle connections, slow readers, garbage, connect churn), for
 //!   `bench/soak.sh`.
 
+pub mod echo;
 pub mod hist;
 pub mod relay;

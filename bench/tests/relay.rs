@@ -5,55 +5,17 @@
 //! benchmark output (`relay --self-test`).
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::UnixListener;
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
+use sidecache_bench::echo;
 use sidecache_bench::relay::{DelayConfig, Relay, Upstream};
 
-/// An echo server on a free loopback port (a thread per connection; it
-/// closes its side when the client's FIN arrives).
-fn echo() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind echo");
-    let addr = l.local_addr().expect("echo addr");
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            std::thread::spawn(move || echo_stream(s));
-        }
-    });
-    addr
-}
-
-/// The same on a Unix socket in a fresh directory (left for the OS's
+/// An echo on a Unix socket in a fresh directory (left for the OS's
 /// temporary-file cleanup: the test process may end before the thread).
 fn echo_unix() -> Upstream {
     let dir = std::env::temp_dir().join(format!("relay-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("socket dir");
-    let path = dir.join("echo.sock");
-    let _ = std::fs::remove_file(&path);
-    let l = UnixListener::bind(&path).expect("bind unix echo");
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            std::thread::spawn(move || echo_stream(s));
-        }
-    });
-    Upstream::Unix(path)
-}
-
-fn echo_stream(mut s: impl Read + Write) {
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if s.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }
-    }
+    Upstream::Unix(echo::unix(&dir).expect("unix echo"))
 }
 
 /// Deterministic bytes: `len` of them for connection `c`.
@@ -71,7 +33,7 @@ fn pattern(c: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn bytes_and_order_are_kept_both_ways_with_jitter() {
-    kept_both_ways(echo().into());
+    kept_both_ways(echo::tcp().expect("echo").into());
 }
 
 #[test]

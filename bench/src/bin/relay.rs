@@ -4,15 +4,15 @@
 //! its own.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use sidecache_bench::echo;
 use sidecache_bench::hist::Histogram;
 use sidecache_bench::relay::{DelayConfig, Relay, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -104,47 +104,6 @@ fn main() -> Result<()> {
     }
 }
 
-/// An echo server on a free port, and another on a Unix socket in a fresh
-/// temporary directory: a thread per connection.
-fn echo_servers() -> Result<(SocketAddr, PathBuf)> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            let _ = s.set_nodelay(true);
-            std::thread::spawn(move || echo(s));
-        }
-    });
-    let dir = std::env::temp_dir().join(format!("relay-self-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("echo.sock");
-    let _ = std::fs::remove_file(&path);
-    let u = UnixListener::bind(&path)?;
-    std::thread::spawn(move || {
-        for s in u.incoming() {
-            let Ok(s) = s else { continue };
-            std::thread::spawn(move || echo(s));
-        }
-    });
-    Ok((addr, path))
-}
-
-/// Writes back what it reads until the peer closes.
-fn echo(mut s: impl Read + Write) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if s.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 const MSG: usize = 32;
 
 fn ping(s: &mut TcpStream, buf: &mut [u8; MSG]) -> Result<Duration> {
@@ -159,11 +118,10 @@ fn ping(s: &mut TcpStream, buf: &mut [u8; MSG]) -> Result<Duration> {
 }
 
 fn self_test(a: &Args, base: DelayConfig) -> Result<()> {
-    let (echo, echo_unix) = echo_servers()?;
+    let dir = std::env::temp_dir().join(format!("relay-self-test-{}", std::process::id()));
+    let (echo, echo_unix) = (echo::tcp()?, echo::unix(&dir)?);
     let result = self_test_rows(a, base, echo, &echo_unix);
-    if let Some(dir) = echo_unix.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
