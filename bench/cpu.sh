@@ -12,7 +12,8 @@
 # the sum of the per-request figures, so this shows what a ratio is made of.
 #
 # Knobs: TEST=set  P=1  N=200000  ROUNDS=3  CLIENTS=50  DATA_SIZE=64
-#        KEYSPACE=100000  SIDECACHE_ARGS="" (extra flags, word-split; the
+#        KEYSPACE=100000 (TEST=get|mget: every key is written first and read
+#        once through sidecache, so they read hits)  SIDECACHE_ARGS="" (extra flags, word-split; the
 #        metrics endpoint is on, on a free port, unless they set --metrics-listen)
 # Output, one line per run:
 #   direct  rps …  client X  redis Y  µs/request
@@ -60,6 +61,17 @@ for round in $(seq "$ROUNDS"); do
   "$BIN" --listen "127.0.0.1:$SP" --upstream "redis://127.0.0.1:$UP" --log-level warn \
     "${EXTRA[@]}" >"$WORK/sidecache.log" 2>&1 & sp=$!; PIDS+=("$sp")
   ready "$SP"
+  if [[ "$TEST" == get || "$TEST" == mget ]]; then
+    # Reads of hits: every key of redis-benchmark's key space exists in
+    # both Redises, and sidecache has read each once (a warm L1).
+    value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
+    for p in "$DP" "$UP"; do
+      awk -v n="$KEYSPACE" -v v="$value" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%012d %s\r\n", i, v }' |
+        redis-cli -p "$p" --pipe >/dev/null
+    done
+    awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' |
+      redis-cli -p "$SP" --pipe >/dev/null
+  fi
   d0=$(ticks "$dp")
   read -r rps cpu < <(run "$DP")
   d1=$(ticks "$dp")
