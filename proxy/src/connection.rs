@@ -273,6 +273,7 @@ impl Client {
             lib_name: String::new(),
             lib_ver: String::new(),
             subs: [0; 3],
+            active: Default::default(),
         };
         let st = ClientState {
             id,

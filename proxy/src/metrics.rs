@@ -344,11 +344,15 @@ impl ConnMetrics {
         }
     }
 
-    /// Requests were just read: client-seen latency counts from here.
+    /// Requests were just read: client-seen latency counts from here. The
+    /// time it read, when it read one (metrics on).
     #[inline]
-    pub fn read(&mut self) {
+    pub fn read(&mut self) -> Option<Instant> {
         if self.on {
             self.read_at = Instant::now();
+            Some(self.read_at)
+        } else {
+            None
         }
     }
 

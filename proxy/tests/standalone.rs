@@ -605,3 +605,41 @@ async fn client_reply_off_skip_on() {
     assert_eq!(raw(&proxy.addr.to_string(), &script, 3).await, want);
     proxy.stop().await;
 }
+
+/// CLIENT LIST's `idle` counts, as Redis's does, the seconds since the
+/// client last sent something, and `age` the seconds since it connected.
+#[tokio::test]
+async fn client_list_idle_counts_from_the_last_command() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut quiet = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        raw_on(&mut quiet, b"CLIENT SETNAME quiet\r\n", 1).await,
+        b"+OK\r\n"
+    );
+    let line = |list: &[u8]| -> (u64, u64) {
+        let list = String::from_utf8_lossy(list).into_owned();
+        let l = list
+            .lines()
+            .find(|l| l.contains(" name=quiet "))
+            .unwrap_or_else(|| panic!("no quiet client in {list}"))
+            .to_owned();
+        let field = |f: &str| -> u64 {
+            l.split(' ')
+                .find_map(|kv| kv.strip_prefix(f))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {f} in {l}"))
+        };
+        (field("age="), field("idle="))
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let (age, idle) = line(&raw(&proxy.addr.to_string(), b"CLIENT LIST\r\n", 1).await);
+    assert!(
+        age >= 2 && idle >= 2 && idle <= age,
+        "age={age} idle={idle}"
+    );
+    assert_eq!(raw_on(&mut quiet, b"PING\r\n", 1).await, b"+PONG\r\n");
+    let (age, idle) = line(&raw(&proxy.addr.to_string(), b"CLIENT LIST\r\n", 1).await);
+    assert!(age >= 2 && idle <= 1, "after a PING: age={age} idle={idle}");
+    proxy.stop().await;
+}

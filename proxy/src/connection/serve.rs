@@ -147,7 +147,10 @@ pub async fn serve<S>(
             _ = shutdown.cancelled() => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
-                Ok(_) => client.metrics.read(),
+                Ok(_) => {
+                    let now = client.metrics.read();
+                    client.st.entry.touch(now);
+                }
             },
             () = idle(shared.config.timeout, client.timeout_exempt()), if shared.config.timeout.is_some() => {
                 debug!(id = client.st.id, "closing idle client (--timeout)");
