@@ -350,7 +350,7 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN${PIN:+ REDIS_CPU=$REDIS_CPU} KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN$([[ "$PIN" == 1 && "$REDIS_CPU" != "$REMOTE_CPU" ]] && echo " REDIS_CPU=$REDIS_CPU") KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
 [[ -f "$WORK/exits.txt" ]] && { log "processes that exited during the run:"; cat "$WORK/exits.txt" >&2; }
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"

@@ -110,9 +110,8 @@ if any(r.get("relay_cpu_us") for rows in runs.values() for r in rows):
     lines.append("")
     lines.append(
         "utime + stime over each run (its warm-up included, counted at the measured rate), "
-        "divided by its requests; `-` where a process has no part in the target. Hits and "
-        "acknowledged SETs cost the relay and Redis nothing per request (the write-behind "
-        "batches cost Redis a little)."
+        "divided by its requests; `-` where a process has no part in the target. Hits cost "
+        "the relay and Redis nothing; acknowledged SETs reach them in write-behind batches."
     )
     lines.append("")
     lines.append("| test | RTT | " + " | ".join(order_t) + " |")
