@@ -1,6 +1,7 @@
 //! A TCP relay that adds a fixed one-way delay (and optional jitter) in each
 //! direction: a network round trip, on loopback, for the network benchmark
-//! (`bench/net.sh`). It owns the relaying and its timing; it knows nothing
+//! (`bench/net.sh`). It accepts TCP and connects to TCP or to a Unix socket
+//! ([`Upstream`]). It owns the relaying and its timing; it knows nothing
 //! of RESP.
 //!
 //! ```text

@@ -89,8 +89,9 @@ impl AsFd for Sock {
 }
 
 /// A non-blocking connection to `to`: under way for TCP (its completion
-/// shows as writability), made for a Unix socket (a local connect does not
-/// wait on a peer's handshake).
+/// shows as writability); made at once for a Unix socket, with a blocking
+/// local connect (which would wait only while the listener's backlog is
+/// full, as a benchmark's Redis does not let it be).
 pub(super) fn connect_nonblocking(to: &Upstream) -> io::Result<Sock> {
     match to {
         Upstream::Tcp(addr) => {
