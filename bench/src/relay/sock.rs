@@ -90,8 +90,8 @@ impl AsFd for Sock {
 
 /// A non-blocking connection to `to`: under way for TCP (its completion
 /// shows as writability); made at once for a Unix socket, with a blocking
-/// local connect (which would wait only while the listener's backlog is
-/// full, as a benchmark's Redis does not let it be).
+/// local connect, which waits only while the listener's backlog is full
+/// (Redis's is 511; a benchmark opens a few dozen connections).
 pub(super) fn connect_nonblocking(to: &Upstream) -> io::Result<Sock> {
     match to {
         Upstream::Tcp(addr) => {
