@@ -175,6 +175,8 @@ wait_ready() { # wait_ready NAME PID PORT
 
 # Redises: A (direct, twemproxy), B (sidecache), C (write-through), D (baseline).
 declare -A RPORT=() RPID=()
+# The Redis behind each target (for its CPU per request).
+declare -A BEHIND=([redis]=A [twemproxy]=A [sidecache]=B [sidecache-wt]=C [baseline]=D)
 REDISES="A B C"
 [[ -n "$BASELINE_BIN" ]] && REDISES+=" D"
 value="$(head -c "$DATA_SIZE" /dev/zero | tr '\0' x)"
@@ -229,7 +231,7 @@ for rtt in $RTTS; do
   STARTED+=("$LAST_PID")
   WHO[$LAST_PID]=relay
   RELAY_PID="$LAST_PID"
-  declare -A PPID_OF=() BEHIND=([redis]=A [twemproxy]=A [sidecache]=B [sidecache-wt]=C [baseline]=D)
+  declare -A PPID_OF=()
   wait_ready "relay-$rtt" "$LAST_PID" "${VIA[A]}"
   declare -A PORT=() SOCK=()
   PORT[redis]="${VIA[A]}"
@@ -342,7 +344,7 @@ EOF
   keep=()
   for pid in "${PIDS[@]}"; do [[ " ${STARTED[*]} " == *" $pid "* ]] || keep+=("$pid"); done
   PIDS=("${keep[@]}")
-  unset VIA PORT SOCK WHO DEAD PPID_OF BEHIND
+  unset VIA PORT SOCK WHO DEAD PPID_OF
 done
 
 mkdir -p "$RESULTS_DIR"
@@ -350,7 +352,7 @@ cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 [[ -f "$WORK/relay-selftest.md" ]] && cp "$WORK/relay-selftest.md" "$RESULTS_DIR/relay-selftest.md"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN$([[ "$PIN" == 1 && "$REDIS_CPU" != "$REMOTE_CPU" ]] && echo " REDIS_CPU=$REDIS_CPU") KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), sidecache $REV, $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v='); \`bench/net.sh\` RTTS=\"$RTTS\" ROUNDS=$ROUNDS SECS=$SECS MANY=$MANY PIN=$PIN$([[ "$PIN" == 1 && "$REDIS_CPU" != "$REMOTE_CPU" ]] && echo " REDIS_CPU=$REDIS_CPU" || true) KEYSPACE=$KEYSPACE DATA_SIZE=$DATA_SIZE JITTER_US=$JITTER_US RELAY_UPSTREAM=$RELAY_UPSTREAM${BASELINE_BIN:+ BASELINE_BIN=$BASELINE_BIN}."
 [[ -f "$WORK/exits.txt" ]] && { log "processes that exited during the run:"; cat "$WORK/exits.txt" >&2; }
 python3 "$SCRIPT_DIR/net_report.py" "$RAW" "$RESULTS_DIR/$PREFIX.md" "$HEADER" "$MANY" \
   "$([[ "$CHART" == 1 ]] && echo "$RESULTS_DIR/$PREFIX.png")" "$WORK"

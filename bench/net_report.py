@@ -34,9 +34,10 @@ def med(rtt, clients, target, test, field):
     rows = runs.get((rtt, clients, target, test))
     if not rows and test in SAME_AS and not target.startswith(("sidecache", "baseline")):
         rows = runs.get((rtt, clients, target, SAME_AS[test]))
-    if not rows:
-        return None
-    return statistics.median(float(r[field]) for r in rows)
+    # Fields older runs lack (or left empty, as a process with no part in
+    # the target does) have no median.
+    vals = [float(r[field]) for r in rows or [] if r.get(field)]
+    return statistics.median(vals) if vals else None
 
 
 def fmt_us(v):
@@ -97,12 +98,6 @@ for x in order_x:
 lines.append("")
 
 
-def med_opt(rtt, clients, target, test, field):
-    """The median of a field older runs may not have (or left empty)."""
-    rows = [r for r in runs.get((rtt, clients, target, test), []) if r.get(field)]
-    return statistics.median(float(r[field]) for r in rows) if rows else None
-
-
 # Where the shared cores went at MANY clients: CPU per request of the relay
 # (the stand-in network), the proxy and the Redis behind the target.
 if any(r.get("relay_cpu_us") for rows in runs.values() for r in rows):
@@ -127,7 +122,7 @@ if any(r.get("relay_cpu_us") for rows in runs.values() for r in rows):
                 if not runs.get((rtt, many, t, x)):
                     cells.append("n/a")
                     continue
-                f = [med_opt(rtt, many, t, x, k) for k in ("relay_cpu_us", "proxy_cpu_us", "redis_cpu_us")]
+                f = [med(rtt, many, t, x, k) for k in ("relay_cpu_us", "proxy_cpu_us", "redis_cpu_us")]
                 cells.append(" / ".join(cpu(v) for v in f))
             lines.append(f"| {x} | {rtt} ms | " + " | ".join(cells) + " |")
     lines.append("")

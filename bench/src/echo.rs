@@ -13,12 +13,10 @@ use std::path::{Path, PathBuf};
 pub fn tcp() -> io::Result<SocketAddr> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            let _ = s.set_nodelay(true);
-            std::thread::spawn(move || echo(s));
-        }
+    serve(move || {
+        let (s, _) = l.accept()?;
+        let _ = s.set_nodelay(true);
+        Ok(s)
     });
     Ok(addr)
 }
@@ -33,13 +31,18 @@ pub fn unix(dir: &Path) -> io::Result<PathBuf> {
     let path = dir.join("echo.sock");
     let _ = std::fs::remove_file(&path);
     let l = UnixListener::bind(&path)?;
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
+    serve(move || l.accept().map(|(s, _)| s));
+    Ok(path)
+}
+
+/// Accepts with `accept` on a thread of its own, forever, and echoes each
+/// connection on a thread of its own.
+fn serve<S: Read + Write + Send + 'static>(accept: impl Fn() -> io::Result<S> + Send + 'static) {
+    std::thread::spawn(move || loop {
+        if let Ok(s) = accept() {
             std::thread::spawn(move || echo(s));
         }
     });
-    Ok(path)
 }
 
 fn echo(mut s: impl Read + Write) {

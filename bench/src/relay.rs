@@ -37,7 +37,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,8 +49,9 @@ use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 
 mod sock;
 mod thread;
+use sock::connect_nonblocking;
 pub use sock::Upstream;
-use sock::{connect_nonblocking, Sock};
+use socket2::Socket;
 use thread::{set_timer_slack_1ns, thread_id};
 
 /// Bytes one direction of one connection may hold in the relay.
@@ -256,7 +257,7 @@ impl Dir {
 /// direction `d` reads socket `d` and writes socket `1 - d`.
 struct Conn {
     gen: u32,
-    socks: [Sock; 2],
+    socks: [Socket; 2],
     dirs: [Dir; 2],
     /// Socket `i` may have bytes to read (an edge seen, not read dry).
     readable: [bool; 2],
@@ -419,7 +420,7 @@ impl Loop {
         }
     }
 
-    fn add_conn(&mut self, client: TcpStream, upstream: Sock) -> io::Result<()> {
+    fn add_conn(&mut self, client: TcpStream, upstream: Socket) -> io::Result<()> {
         client.set_nonblocking(true)?;
         client.set_nodelay(true)?;
         let slot = match self.free.pop() {
@@ -449,7 +450,7 @@ impl Loop {
         }
         self.conns[slot as usize] = Some(Conn {
             gen,
-            socks: [Sock::Tcp(client), upstream],
+            socks: [Socket::from(client), upstream],
             dirs: [
                 Dir::new(self.cfg.forward, seed),
                 Dir::new(self.cfg.back, seed ^ 0xABCD),
@@ -486,7 +487,7 @@ impl Loop {
                 continue; // full: read again when bytes go out
             }
             let want = room.min(READ_SIZE);
-            let r = c.socks[s].read(&mut self.scratch[..want]);
+            let r = (&c.socks[s]).read(&mut self.scratch[..want]);
             let n = match r {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -590,7 +591,7 @@ impl Loop {
                 continue;
             };
             let s = usize::from(side);
-            let dest = &c.socks[1 - s];
+            let mut dest = &c.socks[1 - s];
             let d = &mut c.dirs[s];
             d.flushing = false;
             let mut freed = false;

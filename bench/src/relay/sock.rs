@@ -1,13 +1,13 @@
-//! The relay's sockets: where a route connects (TCP, or a Unix socket on
-//! the same host), and a connected stream of either kind.
+//! Where a route connects (TCP, or a Unix socket on the same host), and
+//! the connection made there.
 
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Where a route's connections go.
 ///
@@ -49,71 +49,28 @@ impl From<SocketAddr> for Upstream {
     }
 }
 
-/// A connected stream, non-blocking.
-#[derive(Debug)]
-pub(super) enum Sock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Sock {
-    pub(super) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).read(buf),
-            Sock::Unix(s) => (&*s).read(buf),
-        }
+/// A non-blocking connection to `to`, under way (its completion shows as
+/// writability; a Unix socket's completes at once, or fails with
+/// `WouldBlock` while the listener's backlog is full). Both kinds are one
+/// [`Socket`]: the relay reads, writes and shuts them down alike.
+pub(super) fn connect_nonblocking(to: &Upstream) -> io::Result<Socket> {
+    let (domain, protocol, addr) = match to {
+        Upstream::Tcp(a) => (
+            Domain::for_address(*a),
+            Some(Protocol::TCP),
+            SockAddr::from(*a),
+        ),
+        Upstream::Unix(p) => (Domain::UNIX, None, SockAddr::unix(p)?),
+    };
+    let s = Socket::new(domain, Type::STREAM, protocol)?;
+    s.set_nonblocking(true)?;
+    if protocol.is_some() {
+        s.set_tcp_nodelay(true)?;
     }
-
-    pub(super) fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).write(buf),
-            Sock::Unix(s) => (&*s).write(buf),
-        }
+    match s.connect(&addr) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
+        Err(e) => return Err(e),
     }
-
-    pub(super) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => s.shutdown(how),
-            Sock::Unix(s) => s.shutdown(how),
-        }
-    }
-}
-
-impl AsFd for Sock {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Sock::Tcp(s) => s.as_fd(),
-            Sock::Unix(s) => s.as_fd(),
-        }
-    }
-}
-
-/// A non-blocking connection to `to`: under way for TCP (its completion
-/// shows as writability); made at once for a Unix socket, with a blocking
-/// local connect, which waits only while the listener's backlog is full
-/// (Redis's is 511; a benchmark opens a few dozen connections).
-pub(super) fn connect_nonblocking(to: &Upstream) -> io::Result<Sock> {
-    match to {
-        Upstream::Tcp(addr) => {
-            let s = socket2::Socket::new(
-                socket2::Domain::for_address(*addr),
-                socket2::Type::STREAM,
-                Some(socket2::Protocol::TCP),
-            )?;
-            s.set_nonblocking(true)?;
-            s.set_tcp_nodelay(true)?;
-            match s.connect(&(*addr).into()) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            Ok(Sock::Tcp(s.into()))
-        }
-        Upstream::Unix(path) => {
-            let s = UnixStream::connect(path)?;
-            s.set_nonblocking(true)?;
-            Ok(Sock::Unix(s))
-        }
-    }
+    Ok(s)
 }
