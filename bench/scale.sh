@@ -23,7 +23,8 @@
 #          hit cached keys.
 # sustained: 600,000 SETs at -P 16 (-c 50, -r 100000, -d 64): directly,
 #   then through one sidecache per mode (with the default --write-queue-max
-#   100000 the queue fills: beyond the bound). Knobs: MODES="optin bcast off"
+#   100000 the queue fills: beyond the bound), with Redis's CPU per SET in
+#   each case (the mode's own-write cost is their ratio). Knobs: MODES="optin bcast off"
 #   N=600000 P=16 ROUNDS=3 SIDECACHE_ARGS="" (extra flags).
 # memory: Redis used_memory after populating KEYS_LIST keys (DEBUG
 #   POPULATE: key:0 … with DATA_SIZE-byte values), after one sidecache read
@@ -131,11 +132,12 @@ scale)
   ;;
 sustained)
   N="${N:-600000}"; ROUNDS="${ROUNDS:-3}"
-  echo "| round | mode | direct SET/s | through sidecache SET/s | ratio | Redis µs CPU per SET through sidecache |"
-  echo "|---|---|---|---|---|---|"
+  echo "| round | mode | direct SET/s | through sidecache SET/s | ratio | Redis µs CPU per SET, direct | Redis µs CPU per SET through sidecache | CPU ratio |"
+  echo "|---|---|---|---|---|---|---|---|"
   for round in $(seq "$ROUNDS"); do
     for mode in ${MODES:-optin bcast off}; do
-      start_redis; d=$(bench "$RP" "$N"); stop_all
+      start_redis; t0=$(ticks "$RPID"); d=$(bench "$RP" "$N"); t1=$(ticks "$RPID"); stop_all
+      dcpu=$(f2 "($t1 - $t0) / $HZ / $N * 1e6")
       start_redis; start_sidecaches 1 "$mode"
       t0=$(ticks "$RPID")
       s=$(bench "${SPORTS[0]}" "$N")
@@ -144,7 +146,8 @@ sustained)
         [[ "$depth" == 0 ]] && break; sleep 0.05
       done
       t1=$(ticks "$RPID")
-      echo "| $round | $mode | $d | $s | $(f2 "$s / $d") | $(f2 "($t1 - $t0) / $HZ / $N * 1e6") |"
+      scpu=$(f2 "($t1 - $t0) / $HZ / $N * 1e6")
+      echo "| $round | $mode | $d | $s | $(f2 "$s / $d") | $dcpu | $scpu | $(f2 "$scpu / $dcpu") |"
       stop_all
     done
   done

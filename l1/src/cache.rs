@@ -106,6 +106,9 @@ struct Entry {
     /// `None`: a cached nil.
     value: Option<Bytes>,
     deadline: Instant,
+    /// A value the proxy wrote: when the write was acknowledged (its
+    /// stamp, see [`L1::release_written`]). `None` for a fill.
+    written: Option<Instant>,
 }
 
 /// A borrowed key, hashed and compared exactly like [`CacheKey`], so
@@ -349,6 +352,7 @@ impl L1 {
             Entry {
                 value,
                 deadline: t.started + ttl,
+                written: None,
             },
         );
         if self.raced(&t) {
@@ -403,6 +407,7 @@ impl L1 {
                     return EntryAction::Retain(false);
                 }
                 e.deadline = deadline;
+                e.written = Some(now);
                 overwrite_value(&mut e.value, value);
                 EntryAction::Retain(true)
             };
@@ -425,6 +430,7 @@ impl L1 {
             Entry {
                 value: Some(Bytes::copy_from_slice(value)),
                 deadline,
+                written: Some(now),
             },
         );
         // The entry this write replaced is not an eviction.
@@ -434,6 +440,33 @@ impl L1 {
         );
         Stats::add(&self.stats.writes, 1);
         true
+    }
+
+    /// A write the proxy acknowledged at `written` (the `now` it gave
+    /// [`L1::insert_written`]) has reached upstream: drops the key's entry
+    /// if it still holds that write's value, and keeps it if a later write
+    /// (or a fill) replaced it. Returns whether it dropped one.
+    ///
+    /// Used where upstream does not keep tracking a key the proxy wrote
+    /// (optin tracking: a write forgets the key's registrations): from the
+    /// moment the write landed, another client's change of the key would
+    /// go unseen, so the written value may be served only until then. No
+    /// epoch moves: a fill in flight read after the write landed (it waited
+    /// for it) and is tracked; one that began before the write was already
+    /// discarded by `insert_written`'s epoch bump. Two writes of one key
+    /// stamped alike only cost a hit: the later one's value is dropped
+    /// early, never kept late.
+    pub fn release_written(&self, db: u16, key: &[u8], written: Instant) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        let dropped = cache
+            .remove_if(&KeyRef { db, key }, |e| e.written == Some(written))
+            .is_some();
+        if dropped {
+            Stats::add(&self.stats.released, 1);
+        }
+        dropped
     }
 
     /// Drops a key (a write through the proxy touched it).

@@ -12,6 +12,7 @@ pub struct Stats {
     pub(crate) evictions: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) writes: AtomicU64,
+    pub(crate) released: AtomicU64,
 }
 
 impl Stats {
@@ -37,6 +38,9 @@ pub struct StatsSnapshot {
     pub invalidations: u64,
     /// Values cached from the proxy's own writes (write-behind).
     pub writes: u64,
+    /// Written values dropped once their write reached upstream (optin
+    /// tracking: upstream does not track what the proxy wrote).
+    pub released: u64,
     /// Weighted bytes held.
     pub bytes: u64,
     /// Entries held.
@@ -54,6 +58,7 @@ impl Stats {
             evictions: l(&self.evictions),
             invalidations: l(&self.invalidations),
             writes: l(&self.writes),
+            released: l(&self.released),
             bytes,
             entries,
         }

@@ -253,13 +253,13 @@ pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
 /// Which kind of Redis client tracking follows other writers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TrackingMode {
-    /// Default-mode tracking, `OPTIN`: Redis remembers the keys this
-    /// sidecache read with `CLIENT CACHING YES` and tells it (through
-    /// `REDIRECT` to the channel) only about those (`--tracking optin`).
-    Optin,
-    /// `BCAST NOLOOP`: Redis tells every channel about every written key
-    /// (`--tracking bcast`, the default).
+    /// Default-mode tracking, `OPTIN` (`--tracking optin`, the default):
+    /// Redis remembers the keys this sidecache read with `CLIENT CACHING
+    /// YES` on its channel connection and tells it only about those.
     #[default]
+    Optin,
+    /// `BCAST NOLOOP` (`--tracking bcast`): Redis tells every channel about
+    /// every written key.
     Bcast,
 }
 
@@ -278,7 +278,7 @@ impl TrackingMode {
 pub enum Coherence {
     /// Redis client tracking on every master (`--tracking optin|bcast`).
     Tracking {
-        /// Default-mode (`OPTIN` + `REDIRECT`) or broadcast tracking.
+        /// Default-mode (`OPTIN`) or broadcast tracking.
         mode: TrackingMode,
         /// Only keys with these prefixes are tracked (empty: all keys).
         prefixes: Vec<Vec<u8>>,

@@ -53,7 +53,6 @@ use crate::error::{Error, Result};
 
 pub(crate) mod batcher;
 mod keys;
-mod tracked;
 
 /// One acknowledged write.
 #[derive(Debug, Clone)]
@@ -86,12 +85,13 @@ pub trait WriteListener: Send + Sync {
     /// `error` is the upstream's reply or our failure.
     fn failed(&self, db: u16, keys: &[Bytes], error: &str);
 
-    /// Optin tracking: these keys were written upstream without being
-    /// registered in Redis's tracking table (a batch sent again on its own,
-    /// or one Redis would not run as a transaction): Redis will not tell
-    /// of later writes by others, so the L1 must not keep them.
-    fn untracked(&self, db: u16, keys: &[Bytes]) {
-        let _ = (db, keys);
+    /// Optin tracking: these writes of database `db` landed upstream
+    /// (each key with the instant its write was acknowledged, as given to
+    /// [`crate::Upstream::queue_write`]). Redis does not track keys for
+    /// the proxy that wrote them, so the L1 must not keep serving these
+    /// values unless a later write replaced them.
+    fn landed(&self, db: u16, written: &[(Bytes, Instant)]) {
+        let _ = (db, written);
     }
 }
 

@@ -57,11 +57,11 @@ pub enum WriteMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrackingArg {
-    /// Default-mode tracking with `OPTIN`: Redis tracks only the keys this
-    /// sidecache cached and tells only it about them.
+    /// Default-mode tracking with `OPTIN` (the default): Redis tracks only
+    /// the keys this sidecache cached and tells only it about them.
     Optin,
     /// `CLIENT TRACKING ON BCAST NOLOOP` on every master: every written key
-    /// is sent to every sidecache (the default; `on` is an alias).
+    /// is sent to every sidecache (`on` is an alias).
     #[value(alias = "on")]
     #[serde(alias = "on")]
     Bcast,

@@ -1,8 +1,8 @@
 //! Coherence with other writers (client tracking): writes made by direct
 //! clients or through another sidecache reach the L1 within a bound; losing
 //! the invalidation channel clears the L1; FLUSHALL clears it; the proxy's
-//! own writes are not evicted by their own invalidations; with tracking off
-//! the TTL cap bounds staleness.
+//! own writes stay cached (bcast) or are released once landed and tracked
+//! on the next read (optin); with tracking off the TTL cap bounds staleness.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -303,6 +303,10 @@ async fn direct_flushall_clears_the_l1(mode: &str) {
 }
 in_every_mode!(direct_flushall_clears_the_l1);
 
+/// bcast: the proxy's own writes stay cached after their flush (NOLOOP).
+/// optin: each leaves the L1 once it landed (Redis does not track a key
+/// for the client that wrote it); the next read registers it and fills,
+/// and the read after that hits. Both: every value read is the written one.
 async fn own_writes_stay_cached(mode: &str) {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &with_mode(mode, &[])).await;
@@ -316,19 +320,47 @@ async fn own_writes_stay_cached(mode: &str) {
     // Flushed, and any invalidation of them would have arrived.
     wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = info(&mut c).await;
-    let mut p = redis::pipe();
-    for i in 0..N {
-        p.get(format!("o:{i}"));
+    if mode == "optin" {
+        let released = info_field(&info(&mut c).await, "written_released");
+        assert_eq!(
+            released, N as u64,
+            "every written value released once landed"
+        );
+        let before = info_field(&info(&mut c).await, "registered_reads");
+        let vals = get_all(&mut c, N).await;
+        assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
+        let registered = info_field(&info(&mut c).await, "registered_reads") - before;
+        assert_eq!(registered, N as u64, "the first reads register the keys");
     }
-    let vals: Vec<usize> = p.query_async(&mut c).await.unwrap();
+    let before = info(&mut c).await;
+    let vals = get_all(&mut c, N).await;
     assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
     let after = info(&mut c).await;
     let hits = info_field(&after, "l1_hits") - info_field(&before, "l1_hits");
     let misses = info_field(&after, "l1_misses") - info_field(&before, "l1_misses");
     let ratio = hits as f64 / (hits + misses) as f64;
-    eprintln!("SET-then-GET hit ratio after flush: {ratio:.4} ({hits} hits, {misses} misses)");
+    eprintln!(
+        "{mode}: SET-then-GET hit ratio after flush: {ratio:.4} ({hits} hits, {misses} misses)"
+    );
     assert!(ratio >= 0.99, "hit ratio {ratio}");
+    // Still coherent: a direct write to each of some of them is seen.
+    let mut d = redis.conn().await;
+    let mut times = Vec::new();
+    for i in 0..100 {
+        let key = format!("o:{i}");
+        let _: () = d.set(&key, "later").await.unwrap();
+        times.push(time_until(&mut c, &key, "later").await);
+    }
+    report(&format!("{mode}: direct write after an own flush"), times);
+}
+
+/// GET o:0 … o:N-1 in one pipeline.
+async fn get_all(c: &mut MultiplexedConnection, n: usize) -> Vec<usize> {
+    let mut p = redis::pipe();
+    for i in 0..n {
+        p.get(format!("o:{i}"));
+    }
+    p.query_async(c).await.unwrap()
 }
 in_every_mode!(own_writes_stay_cached);
 
@@ -545,9 +577,10 @@ async fn cluster_failover_keeps_the_l1_coherent(mode: &str) {
 }
 in_every_mode!(cluster_failover_keeps_the_l1_coherent);
 
-/// Clients starting in the upstream URL's database: their flushed writes
-/// stay cached too (that database's batches travel on the tracking
-/// connection).
+/// Clients starting in the upstream URL's database: their writes are
+/// cached there as in database 0 (that database's batches travel on the
+/// tracking connection): after the flush, hits in bcast, and in optin
+/// once the first read registered them.
 async fn own_writes_stay_cached_in_the_url_database(mode: &str) {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&format!("{}/3", redis.url()), &with_mode(mode, &[])).await;
@@ -559,12 +592,12 @@ async fn own_writes_stay_cached_in_the_url_database(mode: &str) {
     let _: () = p.query_async(&mut c).await.unwrap();
     wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = info_field(&info(&mut c).await, "l1_hits");
-    let mut p = redis::pipe();
-    for i in 0..1000 {
-        p.get(format!("o:{i}"));
+    if mode == "optin" {
+        let vals = get_all(&mut c, 1000).await;
+        assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
     }
-    let vals: Vec<usize> = p.query_async(&mut c).await.unwrap();
+    let before = info_field(&info(&mut c).await, "l1_hits");
+    let vals = get_all(&mut c, 1000).await;
     assert!(vals.iter().enumerate().all(|(i, &v)| v == i));
     assert_eq!(info_field(&info(&mut c).await, "l1_hits") - before, 1000);
     // They landed in database 3.

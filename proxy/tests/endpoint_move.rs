@@ -102,19 +102,20 @@ async fn acknowledged_writes_follow_the_endpoint_with_pipelined_batches() {
     endpoint_moves_under_writes(20, Duration::ZERO, &args).await;
 }
 
-/// The same under `--tracking optin`, where write-behind batches travel
-/// on the tracking connection (one per master) as per-slot MULTI blocks.
+/// The same under `--tracking bcast` (the default is optin, where
+/// write-behind batches travel on the tracking connection and each written
+/// value leaves the L1 once it landed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_follow_the_endpoint_under_optin() {
-    let args = ["--tracking", "optin"];
+async fn acknowledged_writes_follow_the_endpoint_under_bcast() {
+    let args = ["--tracking", "bcast"];
     endpoint_moves_under_writes(500, Duration::from_millis(1500), &args).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_follow_the_endpoint_under_optin_with_pipelined_batches() {
+async fn acknowledged_writes_follow_the_endpoint_under_bcast_with_pipelined_batches() {
     let args = [
         "--tracking",
-        "optin",
+        "bcast",
         "--write-pipeline",
         "4",
         "--write-batch",

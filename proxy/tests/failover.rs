@@ -195,11 +195,10 @@ async fn master_killed_loses_no_acknowledged_write() {
     failover_under_load(Fault::Kill, &[]).await;
 }
 
-/// The same under `--tracking optin`, where each master's write-behind
-/// batches travel on its tracking connection as per-slot MULTI blocks.
+/// The same under `--tracking bcast` (the default is optin).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn master_killed_under_optin_loses_no_acknowledged_write() {
-    failover_under_load(Fault::Kill, &["--tracking", "optin"]).await;
+async fn master_killed_under_bcast_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Kill, &["--tracking", "bcast"]).await;
 }
 
 /// A replica promoted with `CLUSTER FAILOVER` during a write load: queued and
@@ -210,8 +209,8 @@ async fn graceful_failover_loses_no_acknowledged_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_failover_under_optin_loses_no_acknowledged_write() {
-    failover_under_load(Fault::Graceful, &["--tracking", "optin"]).await;
+async fn graceful_failover_under_bcast_loses_no_acknowledged_write() {
+    failover_under_load(Fault::Graceful, &["--tracking", "bcast"]).await;
 }
 
 /// sidecache as its own process: a master killed under load, then SIGTERM

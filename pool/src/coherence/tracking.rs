@@ -1,5 +1,6 @@
 //! Coherence with other writers: Redis client tracking, one channel per
-//! master, in one of two modes (`--tracking optin|bcast`).
+//! master, in one of two modes (`--tracking optin|bcast`, optin by
+//! default).
 //!
 //! Each master gets one connection that speaks RESP3 and registers client
 //! tracking before anything else; Redis pushes `invalidate` messages on
@@ -10,18 +11,21 @@
 //! kept: closing it could let the writes it carries run after their
 //! retries on a new one), and the next answered ping brings it back.
 //!
-//! - **bcast** (the default): `CLIENT TRACKING ON BCAST NOLOOP [PREFIX …]`. Redis pushes
-//!   every key any *other* connection modifies; `NOLOOP` keeps the proxy's
-//!   own flushes from evicting what it just wrote. Cost on Redis: every
-//!   write, cached anywhere or not, is recorded and sent to every channel.
-//! - **optin** (`--tracking optin`; the default stays bcast, see the README): `CLIENT TRACKING ON OPTIN`, default mode. Redis
-//!   remembers the keys this connection reads after `CLIENT CACHING YES`
-//!   (its tracking table, bounded by `tracking-table-max-keys`), sends one
-//!   invalidation per key when another client changes it, then forgets the
-//!   key until it is read again. So the reads that fill the L1 travel on
-//!   this connection too, each `CLIENT CACHING YES; GET k; PTTL k` in one
-//!   pipeline (no extra round trip). A write to a key no sidecache cached
-//!   costs Redis a table lookup.
+//! - **optin** (the default): `CLIENT TRACKING ON OPTIN`, default mode.
+//!   Redis remembers the keys this connection reads after `CLIENT CACHING
+//!   YES` (its tracking table, bounded by `tracking-table-max-keys`),
+//!   sends one invalidation per key when another client changes it, then
+//!   forgets the key until it is read again. So the reads that fill the L1
+//!   travel on this connection too, each `CLIENT CACHING YES; GET k;
+//!   PTTL k` in one pipeline (no extra round trip). A write to a key no
+//!   sidecache cached costs Redis a table lookup, whatever the number of
+//!   sidecaches attached: the fleet-safe choice.
+//! - **bcast** (`--tracking bcast`): `CLIENT TRACKING ON BCAST NOLOOP
+//!   [PREFIX …]`. Redis pushes every key any *other* connection modifies;
+//!   `NOLOOP` keeps the proxy's own flushes from evicting what it just
+//!   wrote. Cost on Redis: every write, cached anywhere or not, is recorded
+//!   and sent to every channel (measured: 5.5–8× Redis CPU per write with
+//!   50 sidecaches attached).
 //!
 //! ## Why optin reads on the channel connection, without NOLOOP or REDIRECT
 //! Redis offers `REDIRECT <id>` so that reads on other connections report
@@ -30,31 +34,36 @@
 //! are dropped when the eviction happens during the tracked connection's
 //! own command (Redis skips a NOLOOP target that is the current client,
 //! and evictions run at the start of every command), so cached keys would
-//! silently stop being tracked; without `NOLOOP`, the proxy's own flushes
-//! invalidate what it just wrote, and invalidations redirected to the
-//! channel are appended at once, so one can land *inside* a multi-element
-//! reply the channel connection is writing (an `EXEC`), which no parser
-//! can take apart. On its own connection, Redis 7 defers the invalidations
-//! of the current command's writes until right after its reply, so they
-//! can be recognised. Hence: one tracked connection per master, reading
-//! and writing, no `NOLOOP`, no `REDIRECT`. Only the database it selected
-//! is cached under optin (other databases are read and written through,
-//! uncached; use bcast to cache several databases).
+//! silently stop being tracked; with `REDIRECT`, invalidations are
+//! appended to the channel at once, so one can land *inside* a
+//! multi-element reply the channel connection is writing, which no parser
+//! can take apart. Hence: one tracked connection per master, reading and
+//! writing, no `NOLOOP`, no `REDIRECT`; it carries only single-reply
+//! commands (`CLIENT CACHING`, `GET`, `PTTL`, the write-behind `SET`s and
+//! `MSET`s, `PING`), so a push never interrupts a reply. Only the database
+//! it selected is cached under optin (other databases are read and written
+//! through, uncached; use bcast to cache several databases).
 //!
-//! ## Own writes (optin)
-//! A write forgets every registration of its key, ours too, so a value the
-//! proxy wrote and keeps in the L1 must be registered again with no gap (a
-//! foreign write between our `SET` and a later read would be seen by no
-//! one). Each batch is one `MULTI` per run of one slot (Redis Cluster
-//! refuses a transaction across slots) after `CLIENT CACHING YES`: an
-//! `EXISTS` of its keys (each is then tracked when written), the writes,
-//! an `EXISTS` again (registered again, atomically), `EXEC`. Redis then
-//! sends exactly one invalidation per distinct key written, right after
-//! the `EXEC` reply and before anything else on the connection; the
-//! connection skips those, in order (`MuxConn::submit_own` in `conn/mux.rs`),
-//! and stops skipping at the first that does not match or at the next
-//! reply. A batch Redis would not run as a transaction (aborted, refused)
-//! is retried write by write and its keys leave the L1 once they landed.
+//! ## Own writes (optin): cached until they land, then released
+//! A write forgets every registration of its key, ours too, and Redis
+//! tells no one of a key's later changes until someone reads it again
+//! with `CLIENT CACHING YES`. Keeping a written value in the L1 after its
+//! write landed would therefore need the batch to register its keys again
+//! atomically (a `MULTI` with an `EXISTS` of every key written: measured
+//! at 3–5× Redis's CPU per write). The default does not pay that. A value
+//! this proxy writes is served from the L1 only while its write is queued
+//! or on its way, when it *is* the key's value as far as any reader of
+//! this proxy may know (contract 1); once the write's reply is read, the
+//! batcher hands each key with its write's stamp (the instant it was
+//! acknowledged) to [`crate::WriteListener::landed`], and the entry is
+//! dropped unless a later write replaced it (`L1::release_written`). The
+//! next read of the key is a miss that registers it (`CLIENT CACHING
+//! YES; GET`), so only keys read again cost Redis a tracking entry, and a
+//! write costs Redis what an untracked `SET` costs, plus a lookup in its
+//! tracking table (measured 1.09× of the same SETs sent directly, with
+//! `bench/scale.sh sustained`). When a written key was registered by an
+//! earlier fill, Redis sends its invalidation to this connection (no
+//! `NOLOOP`): it is applied like any other, at worst a lost hit.
 //!
 //! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
 //! until the connection is lost or a heartbeat goes unanswered. While it is down, the master's part of the
@@ -83,20 +92,32 @@
 //!   `G` (which sends the invalidation) or until the connection is lost
 //!   (which clears, below); a `tracking-table-max-keys` eviction sends an
 //!   invalidation as a write would (no `NOLOOP`, so none is skipped).
-//! - Own writes (optin): between the write's acknowledgement and its
-//!   `EXEC`, a foreign write either runs before our write (ours overwrites
-//!   it; if it was tracked, its invalidation only evicts our value: a
-//!   miss, then a read behind the queued write) or after the `EXEC`, when
-//!   the key is registered again, and its invalidation comes after ours:
-//!   an invalidation is skipped only if it is one of the exactly-expected
-//!   own ones directly after the `EXEC` reply, before which no other
-//!   client's command can run. Our own forwarded writes travel on other
-//!   connections and are invalidated like any other client's (and by the
-//!   proxy itself at dispatch and acknowledgement). A fill never overtakes
-//!   a write of its own batch: a fill of a node goes on the channel
-//!   connection only while no command that may write is bound for that
-//!   node on the client's connection in the batch, and a command that may
-//!   write waits until the batch's fills were answered.
+//! - Own writes (optin). A written value `v` of `k`, acknowledged at `A`,
+//!   inserted at `A` (bumping the epoch, so fills begun before are
+//!   discarded) and queued; the write runs upstream at `L` and its reply is
+//!   read at `R`, when the entry is released. Before `L`, a foreign write
+//!   is overwritten by ours at `L`: `v` is the key's value from `L` on.
+//!   Between `L` and `R`, a foreign write `F` makes `v` old, and the entry
+//!   goes at `R`: it was served at most `R − F < R − L` past the change,
+//!   the time the reply takes to come back, which is the same delay an
+//!   invalidation push has (on the start database the write travels on the
+//!   channel connection itself, in order with its pushes; a reply held up
+//!   past [`HEARTBEAT_TIMEOUT`] takes the channel down, which clears the
+//!   master's part of the L1, as for a late push). A later write of `k`
+//!   acknowledged before `R` replaces the entry with its own stamp, so the
+//!   release keeps it; that write overwrites `F` when it lands, and is
+//!   released in turn. Releasing never keeps a value: a stamp that does
+//!   not match only spares a *later* write's value, which its own landing
+//!   releases. A read after the release misses; it waits for the writes
+//!   queued before it (`Upstream::submit`), so its `GET` runs after `L`,
+//!   registers `k`, and any later write by anyone is pushed. Our own
+//!   forwarded writes travel on other connections and are invalidated like
+//!   any other client's (and by the proxy itself at dispatch and
+//!   acknowledgement). A fill never overtakes a write of its own batch: a
+//!   fill of a node goes on the channel connection only while no command
+//!   that may write is bound for that node on the client's connection in
+//!   the batch, and a command that may write waits until the batch's fills
+//!   were answered.
 //! - Back up after an unanswered heartbeat: the connection never broke, so
 //!   no invalidation was lost, only delayed; the L1 was cleared when the
 //!   channel went down and nothing was cached while it was down, so every
@@ -184,9 +205,9 @@ pub struct CoherenceStats {
     pub channel_losses: AtomicU64,
     /// Channels (re-)established.
     pub channel_ups: AtomicU64,
-    /// Optin: invalidations of the proxy's own flushed writes, recognised
-    /// and not applied.
-    pub own_skipped: AtomicU64,
+    /// Optin: reads sent after `CLIENT CACHING YES` on a channel
+    /// connection (each registers its key for this sidecache).
+    pub registered_reads: AtomicU64,
 }
 
 /// What all channels share.
@@ -268,19 +289,6 @@ pub(crate) fn probe_args(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Vec<&[u8]>
     }
 }
 
-/// Whether `frame` is an `invalidate` push naming `key` and nothing else.
-pub(crate) fn invalidates_only(frame: &Bytes, key: &[u8]) -> bool {
-    let Ok(Value::Push(items)) = Value::decode(frame) else {
-        return false;
-    };
-    let [kind, Value::Array(keys) | Value::Set(keys)] = &items[..] else {
-        return false;
-    };
-    kind.as_bytes()
-        .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"))
-        && matches!(&keys[..], [Value::Bulk(k)] if &k[..] == key)
-}
-
 /// One master's invalidation channel.
 #[derive(Debug)]
 pub struct Channel {
@@ -335,11 +343,6 @@ impl Channel {
     /// Redis refused `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn refused(&self, reply: &str) {
         warn!(node = %self.addr, reply, "CLIENT TRACKING refused; not caching this master's keys");
-    }
-
-    /// An invalidation of the channel connection's own write was skipped.
-    pub(crate) fn count_own(&self) {
-        self.hub.stats.own_skipped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Redis answered the channel's handshake on a fresh connection;

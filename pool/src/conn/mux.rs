@@ -57,11 +57,9 @@ use crate::conn::health::{Health, SUSPECT_AFTER};
 use crate::error::{Error, Result};
 
 mod gather;
-mod own;
 mod supervise;
 
 use gather::Gather;
-pub(crate) use own::OwnTx;
 use sidecache_resp::encode;
 use sidecache_resp::frame::Scanner;
 use supervise::{supervise, Role};
@@ -95,8 +93,6 @@ struct Request {
     /// Already a batch its sender gathered (write-behind): written without
     /// waiting for other requests to join it.
     gathered: bool,
-    /// See [`MuxConn::submit_own`].
-    own: Option<Vec<OwnTx>>,
     reply: oneshot::Sender<Result<Replies>>,
 }
 
@@ -121,9 +117,6 @@ impl Sink {
 struct Inflight {
     count: usize,
     frames: Replies,
-    /// Its transactions whose own invalidations are expected, last first
-    /// (see [`MuxConn::submit_own`]).
-    own: Option<Vec<OwnTx>>,
     sink: Sink,
 }
 
@@ -195,7 +188,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, false, None).await
+        self.enqueue(payload, count, false).await
     }
 
     /// Like [`MuxConn::submit`], for a batch the caller already gathered:
@@ -208,30 +201,7 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        self.enqueue(payload, count, true, None).await
-    }
-
-    /// Like [`MuxConn::submit_gathered`], for transactions on the
-    /// invalidation channel's own connection (optin), each writing keys
-    /// (distinct, in the order first written) that this connection tracks
-    /// when they are written: Redis then sends this connection one
-    /// invalidation per key, right after the transaction's reply and before
-    /// anything else. Those are not passed on to the channel: an
-    /// invalidation directly after the `EXEC` reply that names the next key
-    /// expected is skipped; the first that does not (or any reply) ends the
-    /// skipping. Only for a transaction whose `CLIENT CACHING YES` was
-    /// accepted and whose `EXEC` answered an array. `own` in request order.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] if the connection task is gone.
-    pub(crate) async fn submit_own(
-        &self,
-        payload: Bytes,
-        count: usize,
-        mut own: Vec<OwnTx>,
-    ) -> Result<oneshot::Receiver<Result<Replies>>> {
-        own.reverse();
-        self.enqueue(payload, count, true, Some(own)).await
+        self.enqueue(payload, count, true).await
     }
 
     async fn enqueue(
@@ -239,7 +209,6 @@ impl MuxConn {
         payload: Bytes,
         count: usize,
         gathered: bool,
-        own: Option<Vec<OwnTx>>,
     ) -> Result<oneshot::Receiver<Result<Replies>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -247,7 +216,6 @@ impl MuxConn {
                 payload,
                 count,
                 gathered,
-                own,
                 reply,
             })
             .await
@@ -317,7 +285,6 @@ async fn run_connected(
         let entry = Inflight {
             count: 1,
             frames: Vec::with_capacity(1),
-            own: None,
             sink: Sink::Tracking,
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
@@ -385,7 +352,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), own: None, sink: Sink::Ping };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -424,7 +391,6 @@ async fn run_connected(
                 let entry = Inflight {
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
-                    own: req.own,
                     sink: Sink::Caller(req.reply),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
@@ -501,8 +467,6 @@ async fn read_loop(
     let mut current: Option<Inflight> = None;
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
-    // Invalidations of this connection's own writes, expected next.
-    let mut own = own::Expected::default();
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -515,17 +479,10 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            if own.skips(&frame) {
-                                ch.count_own();
-                            } else {
-                                ch.on_push(&frame);
-                            }
+                            ch.on_push(&frame);
                         }
                         continue;
                     }
-                    // A reply: the invalidations of an earlier request's
-                    // own writes are over.
-                    own.end();
                     if let Some(h) = &watch.health {
                         h.observe(&frame);
                     }
@@ -546,7 +503,6 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
-                    own.arm(&mut cur.own, &cur.frames, registered);
                     if cur.frames.len() >= cur.count {
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {

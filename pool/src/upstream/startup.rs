@@ -89,9 +89,11 @@ pub(super) fn server_info(
 /// The tracking mode in force: `--tracking`'s, except optin on a server
 /// older than Redis 7, which gets bcast (with a warning).
 pub(super) fn tracking_mode(cfg: &UpstreamConfig, info: &ServerInfo) -> TrackingMode {
-    // Optin relies on Redis 7's ordering: the invalidations of a
-    // command's own writes come right after its reply (see
-    // `tracking`). Older servers get bcast.
+    // Optin is proven (tests, measurements) on Redis 7.0+ and Valkey only.
+    // Redis 6 sends a command's own invalidations before its reply rather
+    // than after, and its tracking table differs; rather than run an
+    // unproven mode, older servers get bcast, which Redis 6 serves as 7
+    // does (correct, dearer with many sidecaches: see the README).
     let major: u32 = info
         .version
         .split('.')
@@ -218,5 +220,37 @@ async fn probe_tracking(
             warn!(node = %addr, reply = %String::from_utf8_lossy(e), "CLIENT TRACKING refused: the L1 TTL cap alone bounds staleness of other clients' writes");
             Ok(CoherenceMode::Unsupported)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(version: &str) -> ServerInfo {
+        ServerInfo {
+            version: version.into(),
+            databases: 16,
+            cluster: false,
+        }
+    }
+
+    #[test]
+    fn optin_is_the_default_and_falls_back_to_bcast_before_redis_7() {
+        let cfg = UpstreamConfig::default();
+        assert_eq!(tracking_mode(&cfg, &info("7.0.15")), TrackingMode::Optin);
+        // Valkey reports redis_version 7.2.4.
+        assert_eq!(tracking_mode(&cfg, &info("7.2.4")), TrackingMode::Optin);
+        assert_eq!(tracking_mode(&cfg, &info("6.2.14")), TrackingMode::Bcast);
+        assert_eq!(tracking_mode(&cfg, &info("5.0.7")), TrackingMode::Bcast);
+        let bcast = UpstreamConfig {
+            coherence: Coherence::Tracking {
+                mode: TrackingMode::Bcast,
+                prefixes: Vec::new(),
+                peer_channel: None,
+            },
+            ..UpstreamConfig::default()
+        };
+        assert_eq!(tracking_mode(&bcast, &info("7.0.15")), TrackingMode::Bcast);
     }
 }

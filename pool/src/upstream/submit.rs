@@ -136,6 +136,11 @@ impl Upstream {
         let (conn, db) = match lane {
             Lane::Client { session, hint } => (node.conn(session, hint), session.db),
             Lane::Fill { db } => {
+                if let Some(st) = self.coherence_stats() {
+                    // Each fill is `CLIENT CACHING YES`, `GET`, `PTTL`.
+                    st.registered_reads
+                        .fetch_add((count / 3) as u64, std::sync::atomic::Ordering::Relaxed);
+                }
                 owned = self.fill_conn(node, db);
                 (owned.as_ref(), db)
             }

@@ -15,7 +15,7 @@ use sidecache_resp::frame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
-use super::{tracked, Queued, Write, WriteQueue};
+use super::{Queued, Write, WriteQueue};
 use crate::cluster::redirect::{self, Action};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
@@ -28,12 +28,13 @@ pub(super) struct Batcher<U> {
     /// longer a master of the slot map.
     pub(super) addr: NodeAddr,
     pub(super) conn: MuxConn,
-    /// Optin tracking: batches go wrapped (see [`super::tracked`]) so what
-    /// they write stays tracked for the L1.
-    pub(super) tracked: bool,
-    /// On the channel's own connection: the batch's own invalidations are
-    /// expected and skipped ([`tracked::wrap`]).
-    pub(super) own: bool,
+    /// Optin tracking: Redis does not track what this proxy writes, so
+    /// each written value leaves the L1 once its write landed (see
+    /// [`crate::coherence::tracking`], "Own writes").
+    pub(super) release: bool,
+    /// The batch's written keys and their stamps, handed to the listener
+    /// (reused).
+    landed: Vec<(Bytes, Instant)>,
     pub(super) db: u16,
     pub(super) rx: mpsc::Receiver<Queued>,
     pub(super) full: Arc<Notify>,
@@ -56,11 +57,7 @@ pub(crate) fn spawn<U: Dispatch>(
     let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
     let (flushed, _) = watch::channel(0u64);
     let full = Arc::new(Notify::new());
-    // Optin, on the channel's own connection: the batches register
-    // what they write in the tracking table and expect the
-    // invalidations of their own writes (see `tracked`).
-    let tracked = up.optin_tracking() && conn.is_some();
-    let own = tracked;
+    let release = up.optin_tracking();
     let q = WriteQueue {
         tx: Mutex::new(tx),
         enqueued: AtomicU64::new(0),
@@ -84,8 +81,8 @@ pub(crate) fn spawn<U: Dispatch>(
             up,
             addr,
             conn,
-            tracked,
-            own,
+            release,
+            landed: Vec::new(),
             db,
             rx,
             full,
@@ -104,43 +101,30 @@ pub(crate) fn spawn<U: Dispatch>(
 struct Sent {
     batch: Vec<Queued>,
     payload: Bytes,
-    /// Wrapped as tracked transactions ([`tracked::wrap`]): their layout.
-    wrapped: Option<tracked::Layout>,
     /// `None`: the connection task was gone.
     replies: Option<oneshot::Receiver<Result<Replies>>>,
 }
-
-/// One reply per write, and whether the keys written are tracked now.
-type Answers = (Replies, bool);
 
 impl Sent {
     /// Its answers; `None` if they are not all there (connection trouble)
     /// or the node answered READONLY (demoted: its connection reconnects,
     /// and batches sent after this one may land on the new primary first,
     /// so they all go again in order, as after a connection loss).
-    async fn answers(&mut self) -> Option<Answers> {
+    async fn answers(&mut self) -> Option<Replies> {
         let rx = self.replies.as_mut()?;
         match rx.await {
-            Ok(Ok(r)) => answers(r, self.batch.len(), self.wrapped.as_ref()),
+            Ok(Ok(r)) => answers(r, self.batch.len()),
             _ => None,
         }
     }
 }
 
-/// The per-write replies of a batch of `n` (unwrapped when `wrapped`).
-fn answers(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<Answers> {
-    if r.iter().any(|f| f.starts_with(b"-READONLY")) {
+/// The per-write replies of a batch of `n`.
+fn answers(r: Replies, n: usize) -> Option<Replies> {
+    if r.len() != n || r.iter().any(|f| f.starts_with(b"-READONLY")) {
         return None;
     }
-    unwrapped(r, n, wrapped)
-}
-
-/// The per-write replies of a (wrapped) batch of `n`.
-fn unwrapped(r: Replies, n: usize, wrapped: Option<&tracked::Layout>) -> Option<Answers> {
-    match wrapped {
-        Some(layout) => tracked::unwrap(r, n, layout).map(|u| (u.replies, u.tracked)),
-        None => (r.len() == n).then_some((r, false)),
-    }
+    Some(r)
 }
 
 /// Longest pause between two retries of a write: with the slot map
@@ -233,7 +217,7 @@ impl<U: Dispatch> Batcher<U> {
                         again.push(later);
                     }
                     for mut s in again {
-                        let a = self.resend(&s.batch, s.payload, s.wrapped.as_ref()).await;
+                        let a = self.resend(&s.batch, s.payload).await;
                         self.settle_batch(&mut s.batch, a).await;
                         spare.push(s.batch);
                     }
@@ -262,39 +246,27 @@ impl<U: Dispatch> Batcher<U> {
         let bucket = wb.config().batch_size_bucket(n);
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
         let serves = self.up.serves(&self.addr);
-        let mut wrapped = None;
-        let mut own = None;
-        let (payload, count) = if self.tracked && serves {
-            let (payload, count, layout, txs) = tracked::wrap(&batch, self.own);
-            wrapped = Some(layout);
-            own = txs;
-            (payload, count)
-        } else if n == 1 {
-            (batch[0].write.cmd.clone(), 1)
+        let payload = if n == 1 {
+            batch[0].write.cmd.clone()
         } else {
             let mut payload =
                 BytesMut::with_capacity(batch.iter().map(|q| q.write.cmd.len()).sum());
             for q in &batch {
                 payload.extend_from_slice(&q.write.cmd);
             }
-            (payload.freeze(), n)
+            payload.freeze()
         };
         tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
         // A node that left the slot map gets nothing more: the batch goes
         // the resend way, to its slots' owners.
-        let replies = match (serves, own) {
-            (true, Some(keys)) => self
-                .conn
-                .submit_own(payload.clone(), count, keys)
-                .await
-                .ok(),
-            (true, None) => self.conn.submit_gathered(payload.clone(), count).await.ok(),
-            (false, _) => None,
+        let replies = if serves {
+            self.conn.submit_gathered(payload.clone(), n).await.ok()
+        } else {
+            None
         };
         Sent {
             batch,
             payload,
-            wrapped,
             replies,
         }
     }
@@ -303,15 +275,9 @@ impl<U: Dispatch> Batcher<U> {
     /// answer: on the queue's own connection while its node is a master,
     /// else to the masters that own the writes' slots now. Retries follow
     /// the slot map, refreshed every 100–250 ms while they fail.
-    async fn resend(
-        &mut self,
-        batch: &[Queued],
-        payload: Bytes,
-        wrapped: Option<&tracked::Layout>,
-    ) -> Answers {
+    async fn resend(&mut self, batch: &[Queued], payload: Bytes) -> Replies {
         let wb = self.up.write_behind();
         let n = batch.len();
-        let count = n + wrapped.map_or(0, tracked::Layout::extra);
         let mut backoff = Duration::from_millis(20);
         let mut first = true;
         loop {
@@ -327,17 +293,14 @@ impl<U: Dispatch> Batcher<U> {
             }
             first = false;
             if self.up.serves(&self.addr) {
-                // A resend expects no invalidations of its own: any that
-                // come are applied (at worst a lost hit). READONLY here is
-                // settled write by write (retried).
-                if let Ok(r) = self.conn.call(payload.clone(), count).await {
-                    if let Some(a) = unwrapped(r, n, wrapped) {
-                        return a;
+                // READONLY here is settled write by write (retried).
+                if let Ok(r) = self.conn.call(payload.clone(), n).await {
+                    if r.len() == n {
+                        return r;
                     }
                 }
             } else if let Some(r) = self.reroute(batch).await {
-                // On other connections, unwrapped: not tracked.
-                return (r, false);
+                return r;
             }
         }
     }
@@ -402,33 +365,33 @@ impl<U: Dispatch> Batcher<U> {
 
     /// Gives every write of a batch its final outcome, in order, and
     /// counts the batch as done.
-    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, (replies, tracked): Answers) {
+    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, replies: Replies) {
         let up = self.up.clone();
         let wb = up.write_behind();
         let n = batch.len();
         let mut ok = 0u64;
-        // Optin: writes whose keys are not tracked now (sent on their own,
-        // or by a batch that could not register them) leave the L1.
-        let mut untracked: Vec<&Write> = Vec::new();
         for (q, reply) in batch.iter().zip(replies) {
             // The common answer, `+OK`, needs no redirect or error check.
             if reply.first() == Some(&b'+') {
                 ok += 1;
-                if self.tracked && !tracked {
-                    untracked.push(&q.write);
-                }
             } else {
                 self.settle(&q.write, reply).await;
-                if self.tracked {
-                    untracked.push(&q.write);
-                }
             }
         }
         wb.stats.flushed.fetch_add(ok, Ordering::Relaxed);
-        if let (false, Some(l)) = (untracked.is_empty(), wb.listener()) {
-            for w in untracked {
-                l.untracked(w.db, &w.keys());
+        // Optin: every write of the batch has landed (or failed for good,
+        // which already dropped its keys); their values leave the L1 unless
+        // a later write replaced them. Before `flushed` moves, so a read
+        // that waited for these writes finds them released.
+        if let (true, Some(l)) = (self.release, wb.listener()) {
+            self.landed.clear();
+            for q in batch.iter() {
+                for k in super::keys::keys_of(&q.write.cmd) {
+                    self.landed.push((q.write.cmd.slice_ref(k), q.at));
+                }
             }
+            l.landed(self.db, &self.landed);
+            self.landed.clear();
         }
         if up.has_peer() {
             let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();

@@ -218,8 +218,8 @@ pub struct Options {
 
     /// Follow other clients' writes with Redis client tracking
     /// (invalidation channel per master): optin tracks only the keys cached
-    /// here, bcast (alias on) hears of every write, off leaves only the
-    /// TTL cap [default: bcast].
+    /// here (fleet-safe), bcast (alias on) hears of every write, off leaves
+    /// only the TTL cap [default: optin].
     #[arg(long, env = "SIDECACHE_TRACKING", value_enum)]
     pub tracking: Option<TrackingArg>,
 

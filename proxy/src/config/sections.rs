@@ -151,7 +151,7 @@ fn write(o: &Options) -> Result<pool::WriteConfig, ConfigError> {
 
 /// `--tracking` and `--peer-invalidation-channel`.
 fn coherence(o: &Options) -> Result<pool::Coherence, ConfigError> {
-    let mode = match o.tracking.unwrap_or(TrackingArg::Bcast) {
+    let mode = match o.tracking.unwrap_or(TrackingArg::Optin) {
         TrackingArg::Off => return Ok(pool::Coherence::Off),
         TrackingArg::Bcast => pool::TrackingMode::Bcast,
         TrackingArg::Optin => pool::TrackingMode::Optin,

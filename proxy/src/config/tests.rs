@@ -70,7 +70,7 @@ fn tracking_modes() {
             Coherence::Off => None,
         }
     };
-    assert_eq!(mode(&[]), Some(TrackingMode::Bcast));
+    assert_eq!(mode(&[]), Some(TrackingMode::Optin));
     assert_eq!(mode(&["--tracking", "on"]), Some(TrackingMode::Bcast));
     assert_eq!(mode(&["--tracking", "optin"]), Some(TrackingMode::Optin));
     assert_eq!(mode(&["--tracking", "bcast"]), Some(TrackingMode::Bcast));

@@ -85,6 +85,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_l1_evictions_total", C, &[], "Entries evicted for capacity."),
     fam("sidecache_l1_invalidations_total", C, &[], "Keys dropped from the L1 by writes."),
     fam("sidecache_l1_writes_total", C, &[], "Values cached from the proxy's own writes (write-behind)."),
+    fam("sidecache_l1_written_released_total", C, &[], "Optin tracking: written values dropped from the L1 once their write reached upstream (Redis does not track a key for the client that wrote it; the next read registers it again)."),
     fam("sidecache_l1_entries", G, &[], "Entries held."),
     fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),
     fam("sidecache_l1_max_bytes", G, &[], "L1 capacity in bytes (0: L1 off)."),
@@ -130,7 +131,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_invalidations_received_total", C, &[], "Invalidation messages received (client-tracking pushes, or other sidecaches' peer messages)."),
     fam("sidecache_invalidated_keys_total", C, &[], "Keys named by client-tracking invalidation messages."),
     fam("sidecache_tracking_channel_losses_total", C, &[], "Invalidation channels lost (connection broken or heartbeat unanswered); each clears that master's part of the L1."),
-    fam("sidecache_tracking_own_invalidations_skipped_total", C, &[], "Optin tracking: invalidations of sidecache's own flushed writes, recognised on the channel connection and not applied."),
+    fam("sidecache_tracking_registered_reads_total", C, &[], "Optin tracking: reads that fill the L1, sent after CLIENT CACHING YES on a master's tracking connection (each registers its key in Redis's tracking table for this sidecache)."),
     // Upstream.
     fam("sidecache_upstream_info", G, &["mode", "version"], "Always 1; the upstream mode (standalone or cluster) and server version."),
     fam("sidecache_upstream_masters", G, &[], "Masters in the current topology."),

@@ -92,8 +92,9 @@ fn coherence(s: &Shared) -> String {
         (up.coherence_stats(), up.tracking_mode())
     {
         out.push_str(&format!(
-            "own_invalidations_skipped:{}\r\n",
-            load(&st.own_skipped),
+            "registered_reads:{}\r\nwritten_released:{}\r\n",
+            load(&st.registered_reads),
+            s.l1.stats().released,
         ));
     }
     if let Some(st) = up.coherence_stats() {

@@ -266,10 +266,10 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
         }
     }
 
-    fn untracked(&self, db: u16, keys: &[Bytes]) {
+    fn landed(&self, db: u16, written: &[(Bytes, std::time::Instant)]) {
         if let Some(shared) = self.0.upgrade() {
-            for k in keys {
-                shared.invalidate(db, k);
+            for (k, at) in written {
+                shared.l1.release_written(db, k, *at);
             }
         }
     }

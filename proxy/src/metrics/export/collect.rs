@@ -92,6 +92,7 @@ fn l1(s: &Shared, o: &mut Out) {
     o.counter("sidecache_l1_evictions_total", &[], st.evictions);
     o.counter("sidecache_l1_invalidations_total", &[], st.invalidations);
     o.counter("sidecache_l1_writes_total", &[], st.writes);
+    o.counter("sidecache_l1_written_released_total", &[], st.released);
     o.gauge("sidecache_l1_entries", &[], st.entries as f64);
     o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
     o.gauge(
@@ -343,9 +344,9 @@ fn invalidation(s: &Shared, o: &mut Out) {
         cs.map_or(0, |c| l(&c.channel_losses)),
     );
     o.counter(
-        "sidecache_tracking_own_invalidations_skipped_total",
+        "sidecache_tracking_registered_reads_total",
         &[],
-        cs.map_or(0, |c| l(&c.own_skipped)),
+        cs.map_or(0, |c| l(&c.registered_reads)),
     );
 }
 
