@@ -4,6 +4,7 @@
 #
 #   bench/scale.sh scale     [/path/to/sidecache]   one Redis, 0/1/10/50 sidecache processes
 #   bench/scale.sh sustained [/path/to/sidecache]   600,000 SETs -P 16 through one sidecache vs direct
+#   bench/scale.sh misses    [/path/to/sidecache]   L1 fills at 50 clients, 100k distinct keys, per mode
 #   bench/scale.sh memory    [/path/to/sidecache]   Redis memory per tracked key (optin)
 #   (default binary: target/release/sidecache)
 #
@@ -26,6 +27,14 @@
 #   100000 the queue fills: beyond the bound), with Redis's CPU per SET in
 #   each case (the mode's own-write cost is their ratio). Knobs: MODES="optin bcast off"
 #   N=600000 P=16 ROUNDS=3 SIDECACHE_ARGS="" (extra flags).
+# misses: L1 fills at 50 clients over distinct keys, per mode: KEYSPACE
+#   keys written directly (redis-benchmark -t set -r KEYSPACE, 3 x KEYSPACE
+#   SETs, so nearly all exist), then a fresh sidecache per mode reads
+#   N=KEYSPACE GETs at -P 1 -c 50 -r KEYSPACE (about 63% first reads:
+#   misses) and again (mostly hits); direct Redis alongside. Optin's fills
+#   all travel on the master's one tracking connection, bcast's on the
+#   client pool. Knobs: MODES="optin bcast" KEYSPACE=100000 ROUNDS=3
+#   MISS_P=1 (the pipeline depth of the GETs).
 # memory: Redis used_memory after populating KEYS_LIST keys (DEBUG
 #   POPULATE: key:0 … with DATA_SIZE-byte values), after one sidecache read
 #   them all (optin: each one is tracked; its L1 is 1 MB, which does not
@@ -87,7 +96,7 @@ start_sidecaches() {
   for i in $(seq 1 "$1"); do
     sp=$(port)
     "$BIN" --listen "127.0.0.1:$sp" --upstream "redis://127.0.0.1:$RP" --tracking "$2" \
-      --l1-max-bytes 1mb --threads 1 --metrics-listen off --log-level warn "${EXTRA[@]}" \
+      --l1-max-bytes "${L1:-1mb}" --threads 1 --metrics-listen off --log-level warn "${EXTRA[@]}" \
       >"$WORK/sc-$sp.log" 2>&1 &
     SPIDS+=("$!"); PIDS+=("$!"); SPORTS+=("$sp")
   done
@@ -152,6 +161,28 @@ sustained)
     done
   done
   ;;
+misses)
+  ROUNDS="${ROUNDS:-3}"; MP="${MISS_P:-1}"; L1="${L1:-64mb}"
+  getbench() { # PORT -> rps
+    redis-benchmark -p "$1" -P "$MP" -c 50 -n "$KEYSPACE" -r "$KEYSPACE" -t get -q --csv \
+      | grep '^"GET' | cut -d, -f2 | tr -d '"'
+  }
+  misses() { redis-cli -p "$1" info l1 | tr -d '\r' | awk -F: '/^l1_misses:/ {print $2}'; }
+  echo "| round | target | first pass GET/s (mostly misses) | L1 misses | second pass GET/s |"
+  echo "|---|---|---|---|---|"
+  for round in $(seq "$ROUNDS"); do
+    start_redis
+    redis-benchmark -p "$RP" -P 16 -c 50 -n $((3 * KEYSPACE)) -r "$KEYSPACE" -d "$DATA_SIZE" -t set -q >/dev/null
+    echo "| $round | direct Redis | $(getbench "$RP") | — | $(getbench "$RP") |"
+    for mode in ${MODES:-optin bcast}; do
+      start_sidecaches 1 "$mode"
+      a=$(getbench "${SPORTS[0]}"); m=$(misses "${SPORTS[0]}"); b=$(getbench "${SPORTS[0]}")
+      echo "| $round | sidecache $mode | $a | $m | $b |"
+      kill "${SPIDS[0]}"; wait "${SPIDS[0]}" 2>/dev/null || true
+    done
+    stop_all
+  done
+  ;;
 memory)
   echo "| keys | Redis used_memory after populate | + one sidecache read them all (optin) | per key | + a second sidecache | per key | tracking_total_keys / items |"
   echo "|---|---|---|---|---|---|---|"
@@ -179,5 +210,5 @@ EOF
     stop_all
   done
   ;;
-*) echo "bench/scale.sh: scale, sustained or memory" >&2; exit 2 ;;
+*) echo "bench/scale.sh: scale, sustained, misses or memory" >&2; exit 2 ;;
 esac

@@ -319,13 +319,12 @@ impl Upstream {
     }
 
     /// Optin tracking: the connection that fills the L1 with values of
-    /// `node`'s database `db`: the invalidation channel's own connection,
-    /// which also carries the write-behind batches of that database (see
-    /// [`crate::coherence::tracking`]). `None` without an optin channel, or for
-    /// another database than the one clients start in (not cached).
-    pub(crate) fn fill_conn(&self, node: &Node, db: u16) -> Option<MuxConn> {
+    /// `node`: the invalidation channel's own connection, which also
+    /// carries the write-behind batches of the database clients start in
+    /// (see [`crate::coherence::tracking`]). `None` without an optin channel.
+    pub(crate) fn fill_conn(&self, node: &Node) -> Option<MuxConn> {
         node.optin()?;
-        node.write_conn(db)
+        node.tracker()
     }
 
     /// Queues an acknowledged write for `node` (after a permit from

@@ -185,6 +185,11 @@ impl Pending {
 struct Builder {
     buf: BytesMut,
     count: usize,
+    /// Fill lane: the database its commands so far selected (`None`: the
+    /// tracking connection's own, the one clients start in).
+    selected: Option<u16>,
+    /// Fill lane: the reads it registers.
+    reads: usize,
     rx: Option<sidecache_pool::Pending>,
     result: Option<Result<Replies, sidecache_pool::Error>>,
 }
@@ -204,6 +209,9 @@ pub struct Client {
     /// Whether this batch sent a command that may write on the client's
     /// connections: later fills of its nodes must not overtake it.
     forwarded_write: bool,
+    /// Batches answered so far: a command whose dispatch had to answer
+    /// the batch before it (a flush) finds its own entries from index 0.
+    pub(super) answered: u64,
     pending: Vec<Pending>,
     scratch: BytesMut,
     wbuf: BytesMut,
@@ -294,6 +302,7 @@ impl Client {
             fills: Vec::new(),
             optin,
             forwarded_write: false,
+            answered: 0,
             metrics: ConnMetrics::new(&shared.metrics),
             shared,
             st,

@@ -19,6 +19,18 @@ async fn hits_do_not_reach_upstream() {
         let _: () = c.set(format!("k{i}"), format!("v{i}")).await.unwrap();
         let _: String = c.get(format!("k{i}")).await.unwrap();
     }
+    // Under optin tracking (the default) each written value leaves the L1
+    // once its write landed; the next read registers it and fills.
+    support::coherence::wait_field(
+        &mut c,
+        "write_queue_depth",
+        0,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    for i in 0..100 {
+        let _: String = c.get(format!("k{i}")).await.unwrap();
+    }
     let before = upstream_calls(&redis, "get").await;
     for round in 0..100 {
         let mut p = redis::pipe();

@@ -52,8 +52,17 @@ async fn metrics_pass_promtool_and_follow_traffic() {
     let http = proxy.http.to_string();
     let pa = proxy.addr.to_string();
     let mut c = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-    // Warm: the write-behind SET puts the value in the L1.
+    // Warm: the write-behind SET puts the value in the L1 until it lands
+    // (optin tracking, the default); once it did, a read fills it again.
     assert_eq!(raw_on(&mut c, b"SET hot v\r\n", 1).await, b"+OK\r\n");
+    assert_eq!(raw_on(&mut c, b"GET hot\r\n", 1).await, b"$1\r\nv\r\n");
+    let t0 = Instant::now();
+    while !String::from_utf8_lossy(&raw_on(&mut c, b"INFO writebehind\r\n", 1).await)
+        .contains("write_queue_depth:0\r\n")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "SET never flushed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(raw_on(&mut c, b"GET hot\r\n", 1).await, b"$1\r\nv\r\n");
 
     let (status, before) = http_get(&http, "/metrics").await;

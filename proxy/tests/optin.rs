@@ -9,7 +9,7 @@
 //! connection invalidate (direct, another sidecache, this sidecache's own
 //! forwarded writes); a pipeline's fills never read a later command's
 //! write; own and foreign writes racing on the same keys leave nothing
-//! stale; other databases are not cached; Redis's tracking-table evictions
+//! stale; other databases are cached and tracked too; Redis's tracking-table evictions
 //! (`tracking-table-max-keys`) arrive as invalidations. Standalone and
 //! cluster.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -271,33 +271,97 @@ async fn own_and_foreign_writes_to_the_same_keys() {
     assert!(info_field(&inf, "written_released") > 0);
 }
 
-/// Optin tracks the database clients start in; another one is served
-/// from upstream, never from the L1.
+/// Optin caches every database: a fill of another database than the
+/// start one selects it on the tracking connection and selects the start
+/// one again, so Redis tracks the key (its table names keys, not
+/// databases) and the connection's own writes stay in the start database.
+/// Checked: hits in database 2, a direct write there is seen, one pipeline
+/// reading the same key name in databases 0 and 2 gets each its own value,
+/// and write-behind to database 0 after it still lands in database 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_databases_are_not_cached() {
+async fn other_databases_are_cached_and_tracked() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
+    let mut d0 = redis.conn().await;
+    let mut d2 = redis::Client::open(format!("{}/2", redis.url()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = d0.set("k", "zero").await.unwrap();
+    let _: () = d2.set("k", "two").await.unwrap();
     let _: () = redis::cmd("SELECT")
         .arg(2)
         .query_async(&mut c)
         .await
         .unwrap();
-    let _: () = c.set("db2", "own").await.unwrap();
-    let got: String = c.get("db2").await.unwrap();
-    assert_eq!(got, "own");
-    let mut d = redis::Client::open(format!("{}/2", redis.url()))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    for i in 0..20 {
-        let want = format!("direct{i}");
-        let _: () = d.set("db2", &want).await.unwrap();
-        let got: String = c.get("db2").await.unwrap();
-        assert_eq!(got, want, "served at once: not cached");
+    let gets = upstream_calls(&redis, "get").await;
+    for _ in 0..5 {
+        let got: String = c.get("k").await.unwrap();
+        assert_eq!(got, "two");
     }
-    assert_eq!(info_field(&info(&mut c).await, "l1_entries"), 0);
+    assert_eq!(
+        upstream_calls(&redis, "get").await,
+        gets + 1,
+        "cached in database 2"
+    );
+    let _: () = d2.set("k", "two-later").await.unwrap();
+    let mut times = vec![time_until(&mut c, "k", "two-later").await];
+    // A write to the same name in database 0 drops it too (a lost hit).
+    let _: () = d0.set("k", "zero-later").await.unwrap();
+    times.push(time_until(&mut c, "k", "two-later").await);
+    support::coherence::report("direct write in database 2 (optin)", times);
+    // One pipeline across databases, on a fresh client (start database 0).
+    let mut m = proxy.conn().await;
+    for _ in 0..3 {
+        let (a, b, e): (String, String, String) = redis::pipe()
+            .get("k")
+            .cmd("SELECT")
+            .arg(2)
+            .ignore()
+            .get("k")
+            .cmd("SELECT")
+            .arg(0)
+            .ignore()
+            .get("k")
+            .query_async(&mut m)
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.as_str(), b.as_str(), e.as_str()),
+            ("zero-later", "two-later", "zero-later")
+        );
+    }
+    // The tracking connection was put back in database 0: write-behind
+    // of the start database lands there.
+    let _: () = m.set("back", "in-zero").await.unwrap();
+    let t0 = Instant::now();
+    while d0
+        .get::<_, Option<String>>("back")
+        .await
+        .unwrap()
+        .as_deref()
+        != Some("in-zero")
+    {
+        assert!(
+            t0.elapsed() < BOUND,
+            "write-behind did not land in database 0"
+        );
+        tokio::task::yield_now().await;
+    }
+    let in_two: Option<String> = d2.get("back").await.unwrap();
+    assert_eq!(in_two, None);
+    // Write-behind in database 2 is cached, released once landed, and
+    // tracked from the next read.
+    let _: () = c.set("w", "own").await.unwrap();
+    let got: String = c.get("w").await.unwrap();
+    assert_eq!(got, "own");
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+    let got: String = c.get("w").await.unwrap();
+    assert_eq!(got, "own");
+    let _: () = d2.set("w", "direct").await.unwrap();
+    time_until(&mut c, "w", "direct").await;
 }
 
 /// Redis's tracking table is full (`tracking-table-max-keys`): the keys it

@@ -375,7 +375,12 @@ async fn monitor_shows_l1_hits_and_write_behind() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut c = TcpStream::connect(proxy.addr).await.unwrap();
-    send(&mut c, &["SET cached v", "GET cached"], 2).await;
+    // Written directly, so the read through sidecache fills (and tracks) it.
+    let mut d = redis.conn().await;
+    let _: () = redis::AsyncCommands::set(&mut d, "cached", "v")
+        .await
+        .unwrap();
+    send(&mut c, &["GET cached"], 1).await;
     let mut m = TcpStream::connect(proxy.addr).await.unwrap();
     m.write_all(b"MONITOR\r\n").await.unwrap();
     read_until(&mut m, "+OK\r\n").await;

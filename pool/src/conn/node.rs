@@ -117,8 +117,14 @@ impl Node {
             .flatten()
     }
 
+    /// The tracking connection (the invalidation channel's own), if any.
+    pub(crate) fn tracker(&self) -> Option<MuxConn> {
+        self.tracker.clone()
+    }
+
     /// The invalidation channel when it is an optin one: its connection
-    /// also fills the L1 (for the database it selected).
+    /// also fills the L1 (every database: a fill selects its own and puts
+    /// the connection back).
     pub(crate) fn optin(&self) -> Option<&Arc<Channel>> {
         self.channel
             .as_ref()

@@ -46,9 +46,13 @@ pub enum Lane {
     },
     /// Optin tracking: the invalidation channel's own connection, which
     /// fills the L1 (reads of values to cache, after `CLIENT CACHING YES`).
+    /// The connection stays in the database clients start in; a pipeline
+    /// that fills another one `SELECT`s it and ends by selecting the start
+    /// database again (Redis's tracking table names keys, not databases,
+    /// so one connection tracks them all).
     Fill {
-        /// The client's database (only the one clients start in is cached).
-        db: u16,
+        /// How many reads it registers (for the metrics).
+        reads: usize,
     },
 }
 
@@ -133,19 +137,21 @@ impl Upstream {
         deadline: Option<Instant>,
     ) -> Result<Pending> {
         let owned: Option<MuxConn>;
-        let (conn, db) = match lane {
-            Lane::Client { session, hint } => (node.conn(session, hint), session.db),
-            Lane::Fill { db } => {
+        let conn = match lane {
+            Lane::Client { session, hint } => node
+                .conn(session, hint)
+                .ok_or_else(|| Error::Config(format!("database {} out of range", session.db)))?,
+            Lane::Fill { reads } => {
                 if let Some(st) = self.coherence_stats() {
-                    // Each fill is `CLIENT CACHING YES`, `GET`, `PTTL`.
                     st.registered_reads
-                        .fetch_add((count / 3) as u64, std::sync::atomic::Ordering::Relaxed);
+                        .fetch_add(reads as u64, std::sync::atomic::Ordering::Relaxed);
                 }
-                owned = self.fill_conn(node, db);
-                (owned.as_ref(), db)
+                owned = self.fill_conn(node);
+                owned
+                    .as_ref()
+                    .ok_or_else(|| Error::Config("no tracking connection to fill on".into()))?
             }
         };
-        let conn = conn.ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
         let rx = match within(deadline, conn.submit(payload, count)).await {
             Some(r) => r?,
             None => return Err(timed_out(node)),

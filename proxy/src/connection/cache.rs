@@ -42,13 +42,6 @@ pub(super) fn may_write(info: &CommandInfo) -> bool {
 const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
 
 impl Client {
-    /// Whether values of database `db` may be cached: always, except with
-    /// optin tracking, where only the database the channel's connection
-    /// selected (the one clients start in) is tracked.
-    pub(super) fn cached_db(&self, db: u16) -> bool {
-        !self.optin || db == self.shared.upstream.default_db()
-    }
-
     /// Whether fills wait in this batch for the fill connection.
     pub(super) fn has_fills(&self) -> bool {
         self.fills.iter().any(|b| b.count > 0)
@@ -90,7 +83,18 @@ impl Client {
         if self.fills.len() <= node {
             self.fills.resize_with(node + 1, super::Builder::default);
         }
+        let db = self.st.db;
+        let start = self.shared.upstream.default_db();
         let b = &mut self.fills[node];
+        // The tracking connection sits in the start database; a fill of
+        // another selects it first (put back in `submit`).
+        if b.selected.unwrap_or(start) != db {
+            let mut n = itoa::Buffer::new();
+            encode::encode_command(&mut b.buf, &[b"SELECT".as_slice(), n.format(db).as_bytes()]);
+            b.count += 1;
+            b.selected = Some(db);
+        }
+        b.reads += 1;
         b.buf.extend_from_slice(CACHING_YES);
         encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
         encode::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
@@ -166,9 +170,6 @@ impl Client {
     /// The epoch is read before the channel is checked: see
     /// `sidecache_pool::coherence::tracking` for why that order keeps stale values out.
     fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
-        if !self.cached_db(db) {
-            return None;
-        }
         let ticket = self.shared.l1.begin_fill(db, key);
         self.topo
             .nodes()

@@ -65,16 +65,33 @@ impl Client {
         let hint = self.hint();
         // The client's connections, then (optin tracking) the fill
         // connections: each node's fills go as one pipeline too.
+        let start = self.shared.upstream.default_db();
         for fill in [false, true] {
-            let (lanes, lane) = if fill {
-                (&mut self.fills, Lane::Fill { db: session.db })
+            let lanes = if fill {
+                &mut self.fills
             } else {
-                (&mut self.builders, Lane::Client { session, hint })
+                &mut self.builders
             };
             for (i, b) in lanes.iter_mut().enumerate() {
                 if b.count == 0 {
                     continue;
                 }
+                let lane = if fill {
+                    // Back to the start database (see `Lane::Fill`).
+                    if b.selected.take().is_some_and(|d| d != start) {
+                        let mut n = itoa::Buffer::new();
+                        encode::encode_command(
+                            &mut b.buf,
+                            &[b"SELECT".as_slice(), n.format(start).as_bytes()],
+                        );
+                        b.count += 1;
+                    }
+                    Lane::Fill {
+                        reads: std::mem::take(&mut b.reads),
+                    }
+                } else {
+                    Lane::Client { session, hint }
+                };
                 let payload = b.buf.split().freeze();
                 let count = std::mem::take(&mut b.count);
                 let Some(node) = self.topo.nodes().get(i) else {
@@ -384,6 +401,7 @@ impl Client {
     /// the shared stats, the next batch's output estimate, and the topology
     /// picked up afresh.
     fn end_batch(&mut self, largest: usize, errors: u64) {
+        self.answered += 1;
         self.scratch.clear();
         for b in self.builders.iter_mut().chain(self.fills.iter_mut()) {
             b.result = None;

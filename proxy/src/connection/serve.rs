@@ -45,7 +45,7 @@ pub async fn serve<S>(
             parser.unauthenticated = !client.st.authenticated;
             match parser.parse(&mut rbuf, &mut req) {
                 Ok(Some(())) => {
-                    let first = client.pending.len();
+                    let (first, answered) = (client.pending.len(), client.answered);
                     if shared.pubsub.monitoring() {
                         client.monitor_feed(&req);
                     }
@@ -57,6 +57,13 @@ pub async fn serve<S>(
                         client.dispatch(&req).await
                     };
                     if client.st.reply != local::ReplyMode::On {
+                        // A flush during the dispatch answered what was
+                        // before it: this command's entries start at 0.
+                        let first = if client.answered == answered {
+                            first
+                        } else {
+                            0
+                        };
                         client.silence_from(first);
                     }
                     match flow {

@@ -139,10 +139,8 @@ impl Client {
             Expiry::At(ms) => now + Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0)),
         };
         let db = self.st.db;
-        // Optin: another database than the tracked one is not cached.
-        let keep = self.cached_db(db);
         for &(k, v) in &plan.pairs {
-            if plan.expiry == Expiry::KeepTtl || !keep {
+            if plan.expiry == Expiry::KeepTtl {
                 self.shared.invalidate(db, &args[k]);
             } else {
                 self.shared
