@@ -9,6 +9,9 @@ use crate::error::{Error, Result};
 
 /// The default `--pool-size`: multiplexed connections per node.
 pub const DEFAULT_POOL_SIZE: usize = 2;
+/// The default `--fill-connections`: tracking connections per master that
+/// carry L1 fills under optin tracking.
+pub const DEFAULT_FILL_CONNECTIONS: usize = 2;
 /// The default `--connect-timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default `--upstream-timeout`.
@@ -309,6 +312,9 @@ pub struct UpstreamConfig {
     pub mode: Mode,
     /// Multiplexed connections per node (and per database / protocol).
     pub pool_size: usize,
+    /// Optin tracking: tracking connections per master that carry L1
+    /// fills (the first also carries the write-behind batches), 1–16.
+    pub fill_connections: usize,
     /// Timeout for establishing a connection, including the handshake.
     pub connect_timeout: Duration,
     /// Most connections held by single clients at once (WATCH, a MULTI
@@ -334,6 +340,7 @@ impl Default for UpstreamConfig {
             seeds: Vec::new(),
             mode: Mode::Auto,
             pool_size: DEFAULT_POOL_SIZE,
+            fill_connections: DEFAULT_FILL_CONNECTIONS,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: Some(DEFAULT_COMMAND_TIMEOUT),
             max_session_connections: DEFAULT_MAX_SESSION_CONNECTIONS,

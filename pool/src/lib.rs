@@ -27,8 +27,9 @@
 //!   the peer pub/sub fallback ([`coherence::peer`]).
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
 //!   flushed in pipelined batches, in order, with retries and a drain; its
-//!   `batcher` part sends them, its `tracked` part wraps them for optin
-//!   tracking, and its `keys` part reads a queued write's keys back.
+//!   `batcher` part sends them (and, under optin tracking, tells the proxy
+//!   which written values landed), and its `keys` part reads a queued
+//!   write's keys back.
 //! - [`upstream`]: the router tying it together. [`Upstream::submit`] is
 //!   the one way to send a client's pipeline to a node: it waits for the
 //!   write-behind writes the pipeline must not overtake, picks the

@@ -265,7 +265,7 @@ impl Upstream {
         let up = topo
             .nodes()
             .iter()
-            .filter(|n| n.channel().is_some_and(|c| c.is_up()))
+            .filter(|n| n.tracking_up() == Some(true))
             .count();
         (up, topo.nodes().len())
     }
@@ -322,9 +322,21 @@ impl Upstream {
     /// `node`: the invalidation channel's own connection, which also
     /// carries the write-behind batches of the database clients start in
     /// (see [`crate::coherence::tracking`]). `None` without an optin channel.
-    pub(crate) fn fill_conn(&self, node: &Node) -> Option<MuxConn> {
+    pub(crate) fn fill_conn(&self, node: &Node, lane: usize) -> Option<MuxConn> {
         node.optin()?;
-        node.tracker()
+        node.filler(lane)
+    }
+
+    /// Optin tracking: the tracking connections per master that carry
+    /// fills (`--fill-connections`); 1 otherwise. A key's fills go on
+    /// lane `hash(key) % fill_connections()`, so each key is registered
+    /// on one of them.
+    pub fn fill_connections(&self) -> usize {
+        if self.optin_tracking() {
+            self.inner.cfg.fill_connections.clamp(1, 16)
+        } else {
+            1
+        }
     }
 
     /// Queues an acknowledged write for `node` (after a permit from
@@ -500,6 +512,7 @@ impl Upstream {
                 self.tracking_hub(),
                 self.inner.peer.as_ref().map(|p| p.gate()),
                 self.default_db(),
+                self.fill_connections(),
             ))
         }))
     }

@@ -258,12 +258,13 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
             self.upstream.mode,
             self.upstream.pool_size,
+            self.upstream.fill_connections,
             self.upstream.max_session_connections,
             self.upstream.connect_timeout,
             self.upstream.command_timeout,

@@ -102,6 +102,7 @@ struct Receivers {
 /// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`;
 /// on the fill connection, after `CLIENT CACHING YES` at `idx`).
 struct Fetch {
+    /// Its builder: the node's, or (`fill`) its fill lane's.
     node: u32,
     idx: u32,
     /// Sent on the node's fill connection (optin tracking), not the
@@ -202,7 +203,11 @@ pub struct Client {
     builders: Vec<Builder>,
     /// Optin tracking: fills, per node, for the node's fill connection
     /// (see `cache`).
+    /// Optin: the fill lanes, `fill_lanes` per node (index `node *
+    /// fill_lanes + lane`), each one of the node's tracking connections.
     fills: Vec<Builder>,
+    /// Fill lanes per node (`--fill-connections` under optin, else 1).
+    fill_lanes: usize,
     /// Whether optin tracking is in force: then only the database clients
     /// start in is cached (see `cache`).
     optin: bool,
@@ -300,6 +305,7 @@ impl Client {
             shared.upstream.tracking_mode() == Some(sidecache_pool::config::TrackingMode::Optin);
         Client {
             fills: Vec::new(),
+            fill_lanes: shared.upstream.fill_connections(),
             optin,
             forwarded_write: false,
             answered: 0,

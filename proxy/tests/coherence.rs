@@ -253,11 +253,16 @@ async fn killing_the_channel_clears_the_l1(mode: &str) {
     seed_and_cache(&mut d, &mut c, &keys).await;
     assert!(info_field(&info(&mut c).await, "l1_entries") >= 20);
     let ids = channel_ids(&mut d, mode).await;
-    assert_eq!(ids.len(), 1, "one invalidation channel: {ids:?}");
+    // optin: the channel's own connection and one more fill connection
+    // (`--fill-connections 2`, the default); bcast: one.
+    let want = if mode == "optin" { 2 } else { 1 };
+    assert_eq!(ids.len(), want, "tracking connections: {ids:?}");
+    // The last opened: under optin a fill connection, whose loss clears
+    // the master's keys as the channel's own does.
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("ID")
-        .arg(&ids[0])
+        .arg(&ids[want - 1])
         .query_async(&mut d)
         .await
         .unwrap();
@@ -642,7 +647,9 @@ async fn a_paused_upstream_takes_the_channel_down_and_back(mode: &str) {
     redis.signal("CONT");
     wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(10)).await;
     let inf = info(&mut c).await;
-    assert_eq!(info_field(&inf, "tracking_channel_losses"), 1);
+    // One per tracking connection: optin has two (`--fill-connections 2`).
+    let connections = if mode == "optin" { 2 } else { 1 };
+    assert_eq!(info_field(&inf, "tracking_channel_losses"), connections);
     // Coherent again, and every write landed.
     cache(&mut c, "z:1").await;
     let _: () = d.set("z:1", "new").await.unwrap();

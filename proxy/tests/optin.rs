@@ -364,6 +364,70 @@ async fn other_databases_are_cached_and_tracked() {
     time_until(&mut c, "w", "direct").await;
 }
 
+/// `--fill-connections 3`: three tracking connections per master carry
+/// the fills (each key on one of them); a direct write to any cached key
+/// is seen, and losing any one of them clears the master's keys, after
+/// which caching resumes once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_fill_connections_each_track_their_keys() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(
+        &redis.url(),
+        &["--tracking", "optin", "--fill-connections", "3"],
+    )
+    .await;
+    let mut c = proxy.conn().await;
+    let mut d = redis.conn().await;
+    let ids = support::coherence::channel_ids(&mut d, "optin").await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    const N: usize = 300;
+    let keys: Vec<String> = (0..N).map(|i| format!("f:{i}")).collect();
+    support::coherence::seed_and_cache(&mut d, &mut c, &keys).await;
+    assert!(info_field(&info(&mut c).await, "registered_reads") >= N as u64);
+    let gets = upstream_calls(&redis, "get").await;
+    for k in &keys {
+        let _: String = c.get(k).await.unwrap();
+    }
+    assert_eq!(upstream_calls(&redis, "get").await, gets, "all cached");
+    // Every key is tracked on whichever connection filled it.
+    let mut times = Vec::new();
+    for k in &keys {
+        let _: () = d.set(k, "new").await.unwrap();
+        times.push(time_until(&mut c, k, "new").await);
+    }
+    support::coherence::report("direct writes, three fill connections (optin)", times);
+    for (round, id) in ids.iter().enumerate() {
+        for k in &keys[..30] {
+            cache(&mut c, k).await;
+        }
+        assert!(info_field(&info(&mut c).await, "l1_entries") >= 30);
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(&mut d)
+            .await
+            .unwrap();
+        let t0 = Instant::now();
+        loop {
+            let inf = info(&mut c).await;
+            if info_field(&inf, "tracking_channel_losses") == round as u64 + 1 {
+                assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared on loss");
+                break;
+            }
+            assert!(
+                t0.elapsed() < BOUND,
+                "loss of connection {round} not noticed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(5)).await;
+    }
+    cache(&mut c, "f:1").await;
+    let _: () = d.set("f:1", "last").await.unwrap();
+    time_until(&mut c, "f:1", "last").await;
+}
+
 /// Redis's tracking table is full (`tracking-table-max-keys`): the keys it
 /// evicts are invalidated, so none is served stale after direct writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

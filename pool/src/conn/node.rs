@@ -28,6 +28,10 @@ pub struct Node {
     /// Its connection, which also carries the write-behind batches of
     /// `tracked_db` (so `NOLOOP` hides the proxy's own writes from it).
     tracker: Option<MuxConn>,
+    /// Optin: further tracking connections that carry L1 fills (fill
+    /// lanes 1, 2, …; lane 0 is `tracker`), each with a channel of its
+    /// own: its loss clears the node's keys like the main channel's.
+    fillers: Box<[(Arc<Channel>, MuxConn)]>,
     /// What decides whether this node's values may be cached: its own
     /// channel, or the peer channel shared by all nodes.
     gate: Option<Arc<Channel>>,
@@ -49,11 +53,11 @@ impl Node {
         hub: Option<&Arc<Hub>>,
         peer_gate: Option<&Arc<Channel>>,
         tracked_db: u16,
+        fill_connections: usize,
     ) -> Node {
         let addr = health.addr().clone();
         let connector = Arc::clone(health.connector());
-        let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
-        let tracker = channel.as_ref().map(|ch| {
+        let tracked = |ch: &Arc<Channel>| {
             MuxConn::spawn_tracked(
                 Arc::clone(&connector),
                 addr.clone(),
@@ -64,7 +68,19 @@ impl Node {
                 Arc::clone(ch),
                 Arc::clone(&health),
             )
-        });
+        };
+        let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
+        let tracker = channel.as_ref().map(tracked);
+        let fillers = match hub {
+            Some(h) if h.mode == crate::config::TrackingMode::Optin => (1..fill_connections)
+                .map(|_| {
+                    let ch = Arc::new(Channel::new(addr.clone(), Arc::clone(h)));
+                    let conn = tracked(&ch);
+                    (ch, conn)
+                })
+                .collect(),
+            _ => Box::default(),
+        };
         let pools = (0..usize::from(databases.max(1)) * 2)
             .map(|_| OnceLock::new())
             .collect();
@@ -81,6 +97,7 @@ impl Node {
             tracked_db,
             channel,
             tracker,
+            fillers,
             control: Control::new(Arc::clone(&health)),
             health,
         }
@@ -100,12 +117,7 @@ impl Node {
     /// invalidation channel is up, or there is none (tracking off: the L1
     /// TTL cap bounds staleness). Read the fill epoch before calling this.
     pub fn coherent(&self) -> bool {
-        self.gate.as_ref().map_or(true, |c| c.is_up())
-    }
-
-    /// The invalidation channel, when tracking is on.
-    pub(crate) fn channel(&self) -> Option<&Arc<Channel>> {
-        self.channel.as_ref()
+        self.gate.as_ref().map_or(true, |c| c.is_up()) && self.fillers.iter().all(|f| f.0.is_up())
     }
 
     /// The connection database `db`'s write-behind batches use when it is
@@ -117,9 +129,13 @@ impl Node {
             .flatten()
     }
 
-    /// The tracking connection (the invalidation channel's own), if any.
-    pub(crate) fn tracker(&self) -> Option<MuxConn> {
-        self.tracker.clone()
+    /// Fill lane `lane`'s tracking connection: the invalidation channel's
+    /// own for lane 0, one of `fillers` for the others.
+    pub(crate) fn filler(&self, lane: usize) -> Option<MuxConn> {
+        match lane.checked_sub(1) {
+            None => self.tracker.clone(),
+            Some(i) => self.fillers.get(i).map(|f| f.1.clone()),
+        }
     }
 
     /// The invalidation channel when it is an optin one: its connection
@@ -156,7 +172,8 @@ impl Node {
 
     /// Whether its invalidation channel is up; `None` when tracking is off.
     pub fn tracking_up(&self) -> Option<bool> {
-        self.channel.as_ref().map(|c| c.is_up())
+        let all_fillers = self.fillers.iter().all(|f| f.0.is_up());
+        self.channel.as_ref().map(|c| c.is_up() && all_fillers)
     }
 
     /// Sends one encoded command on the node's control connection (not

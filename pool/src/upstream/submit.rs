@@ -51,6 +51,9 @@ pub enum Lane {
     /// database again (Redis's tracking table names keys, not databases,
     /// so one connection tracks them all).
     Fill {
+        /// Which of the master's fill connections
+        /// ([`crate::Upstream::fill_connections`]).
+        lane: usize,
         /// How many reads it registers (for the metrics).
         reads: usize,
     },
@@ -141,12 +144,12 @@ impl Upstream {
             Lane::Client { session, hint } => node
                 .conn(session, hint)
                 .ok_or_else(|| Error::Config(format!("database {} out of range", session.db)))?,
-            Lane::Fill { reads } => {
+            Lane::Fill { lane, reads } => {
                 if let Some(st) = self.coherence_stats() {
                     st.registered_reads
                         .fetch_add(reads as u64, std::sync::atomic::Ordering::Relaxed);
                 }
-                owned = self.fill_conn(node);
+                owned = self.fill_conn(node, lane);
                 owned
                     .as_ref()
                     .ok_or_else(|| Error::Config("no tracking connection to fill on".into()))?

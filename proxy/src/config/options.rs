@@ -52,6 +52,11 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_POOL_SIZE", value_name = "N")]
     pub pool_size: Option<usize>,
 
+    /// Optin tracking: tracking connections per master that carry L1
+    /// fills, 1–16 (each key is filled on one of them) [default: 2].
+    #[arg(long, env = "SIDECACHE_FILL_CONNECTIONS", value_name = "N")]
+    pub fill_connections: Option<usize>,
+
     /// Largest bulk string a client may send; accepts kb/mb/gb [default: 512mb].
     #[arg(long, env = "SIDECACHE_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
     pub proto_max_bulk_len: Option<String>,
@@ -264,6 +269,7 @@ impl Options {
             upstream,
             mode,
             pool_size,
+            fill_connections,
             proto_max_bulk_len,
             max_multibulk_len,
             client_query_buffer_limit,

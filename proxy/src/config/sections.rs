@@ -59,6 +59,10 @@ pub(super) fn upstream(o: &Options) -> Result<UpstreamConfig, ConfigError> {
     if pool_size == 0 || pool_size > 64 {
         return Err(err("--pool-size", "must be between 1 and 64"));
     }
+    let fill_connections = o.fill_connections.unwrap_or(pool::DEFAULT_FILL_CONNECTIONS);
+    if fill_connections == 0 || fill_connections > 16 {
+        return Err(err("--fill-connections", "must be between 1 and 16"));
+    }
     let write = write(o)?;
     Ok(UpstreamConfig {
         write,
@@ -69,6 +73,7 @@ pub(super) fn upstream(o: &Options) -> Result<UpstreamConfig, ConfigError> {
             ModeArg::Cluster => Mode::Cluster,
         },
         pool_size,
+        fill_connections,
         connect_timeout: secs(
             "--connect-timeout",
             o.connect_timeout,

@@ -38,6 +38,18 @@ pub(super) fn may_write(info: &CommandInfo) -> bool {
         )
 }
 
+/// Which of a node's `lanes` fill connections fills `key` (FNV-1a).
+fn fill_lane(key: &[u8], lanes: usize) -> usize {
+    if lanes <= 1 {
+        return 0;
+    }
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in key {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h as usize % lanes
+}
+
 /// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
 const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
 
@@ -70,7 +82,9 @@ impl Client {
 
     /// Queues GET + PTTL for `key` on its node: on the client's connection,
     /// or (`fill`) after `CLIENT CACHING YES` on the node's fill connection.
-    fn enqueue_fetch(&mut self, node: usize, key: &[u8], fill: bool) -> u32 {
+    /// Returns where its replies are: the builder (the node, or the fill
+    /// lane) and the index of the GET's.
+    fn enqueue_fetch(&mut self, node: usize, key: &[u8], fill: bool) -> (u32, u32) {
         if !fill {
             let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
             encode::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
@@ -78,14 +92,16 @@ impl Client {
             let (_, idx) = self.enqueue(node, &cmd);
             // `enqueue` counted one command; the PTTL is the second.
             self.builders[node].count += 1;
-            return idx;
+            return (node as u32, idx);
         }
-        if self.fills.len() <= node {
-            self.fills.resize_with(node + 1, super::Builder::default);
+        // One lane per key, so Redis registers each key on one connection.
+        let lane = node * self.fill_lanes + fill_lane(key, self.fill_lanes);
+        if self.fills.len() <= lane {
+            self.fills.resize_with(lane + 1, super::Builder::default);
         }
         let db = self.st.db;
         let start = self.shared.upstream.default_db();
-        let b = &mut self.fills[node];
+        let b = &mut self.fills[lane];
         // The tracking connection sits in the start database; a fill of
         // another selects it first (put back in `submit`).
         if b.selected.unwrap_or(start) != db {
@@ -99,7 +115,7 @@ impl Client {
         encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
         encode::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
         b.count += 3;
-        (b.count - 3) as u32
+        (lane as u32, (b.count - 3) as u32)
     }
 
     /// Whether a fill of a key of `node` goes on the node's fill
@@ -148,9 +164,9 @@ impl Client {
                         if self.optin && !fill {
                             ticket = None;
                         }
-                        let idx = self.enqueue_fetch(node, key, fill);
+                        let (at, idx) = self.enqueue_fetch(node, key, fill);
                         self.pending.push(Pending::Fetch(Box::new(Fetch {
-                            node: node as u32,
+                            node: at,
                             idx,
                             fill,
                             slot,
@@ -204,9 +220,9 @@ impl Client {
             if self.optin && !fill {
                 ticket = None;
             }
-            let idx = self.enqueue_fetch(node, key, fill);
+            let (at, idx) = self.enqueue_fetch(node, key, fill);
             items.push(MgetItem::Fetch(Fetch {
-                node: node as u32,
+                node: at,
                 idx,
                 fill,
                 slot,

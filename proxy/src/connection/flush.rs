@@ -66,6 +66,7 @@ impl Client {
         // The client's connections, then (optin tracking) the fill
         // connections: each node's fills go as one pipeline too.
         let start = self.shared.upstream.default_db();
+        let per_node = self.fill_lanes;
         for fill in [false, true] {
             let lanes = if fill {
                 &mut self.fills
@@ -87,11 +88,14 @@ impl Client {
                         b.count += 1;
                     }
                     Lane::Fill {
+                        lane: i % per_node,
                         reads: std::mem::take(&mut b.reads),
                     }
                 } else {
                     Lane::Client { session, hint }
                 };
+                // A fill lane's node.
+                let i = if fill { i / per_node } else { i };
                 let payload = b.buf.split().freeze();
                 let count = std::mem::take(&mut b.count);
                 let Some(node) = self.topo.nodes().get(i) else {
@@ -137,6 +141,7 @@ impl Client {
             for (i, b) in lane.iter().enumerate() {
                 if let Some(Err(e)) = &b.result {
                     self.shared.upstream.note_failure(e);
+                    let i = if fill { i / self.fill_lanes } else { i };
                     if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                         c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
                     }

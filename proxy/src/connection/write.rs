@@ -64,7 +64,12 @@ impl Client {
         // Nothing already bound for these nodes may be overtaken.
         if groups.iter().any(|g| {
             self.builders.get(g.0).is_some_and(|b| b.count > 0)
-                || self.fills.get(g.0).is_some_and(|b| b.count > 0)
+                || self
+                    .fills
+                    .iter()
+                    .skip(g.0 * self.fill_lanes)
+                    .take(self.fill_lanes)
+                    .any(|b| b.count > 0)
         }) {
             self.flush().await;
         }
