@@ -90,7 +90,7 @@ pub trait WriteListener: Send + Sync {
     /// [`crate::Upstream::queue_write`]). Redis does not track keys for
     /// the proxy that wrote them, so the L1 must not keep serving these
     /// values unless a later write replaced them.
-    fn landed(&self, db: u16, written: &[(Bytes, Instant)]) {
+    fn landed(&self, db: u16, written: &mut dyn Iterator<Item = (&[u8], Instant)>) {
         let _ = (db, written);
     }
 }

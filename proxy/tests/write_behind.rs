@@ -592,6 +592,12 @@ async fn permanently_failed_write_is_counted_and_uncached() {
             break;
         }
     }
+    // Well over the limit now: a refused write frees its query buffer, and
+    // a later one could otherwise fit under the limit again.
+    assert_eq!(
+        raw(&redis.addr(), b"CONFIG SET maxmemory 1mb\r\n", 1).await,
+        b"+OK\r\n"
+    );
     // Acknowledged by the proxy (write-behind), refused by upstream.
     assert_eq!(
         raw(&pa, enc(&format!("SET victim {big}")).as_bytes(), 1).await,

@@ -32,9 +32,6 @@ pub(super) struct Batcher<U> {
     /// each written value leaves the L1 once its write landed (see
     /// [`crate::coherence::tracking`], "Own writes").
     pub(super) release: bool,
-    /// The batch's written keys and their stamps, handed to the listener
-    /// (reused).
-    landed: Vec<(Bytes, Instant)>,
     pub(super) db: u16,
     pub(super) rx: mpsc::Receiver<Queued>,
     pub(super) full: Arc<Notify>,
@@ -82,7 +79,6 @@ pub(crate) fn spawn<U: Dispatch>(
             addr,
             conn,
             release,
-            landed: Vec::new(),
             db,
             rx,
             full,
@@ -384,14 +380,10 @@ impl<U: Dispatch> Batcher<U> {
         // a later write replaced them. Before `flushed` moves, so a read
         // that waited for these writes finds them released.
         if let (true, Some(l)) = (self.release, wb.listener()) {
-            self.landed.clear();
-            for q in batch.iter() {
-                for k in super::keys::keys_of(&q.write.cmd) {
-                    self.landed.push((q.write.cmd.slice_ref(k), q.at));
-                }
-            }
-            l.landed(self.db, &self.landed);
-            self.landed.clear();
+            let mut written = batch
+                .iter()
+                .flat_map(|q| super::keys::keys_of(&q.write.cmd).map(move |k| (k, q.at)));
+            l.landed(self.db, &mut written);
         }
         if up.has_peer() {
             let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();

@@ -266,10 +266,10 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
         }
     }
 
-    fn landed(&self, db: u16, written: &[(Bytes, std::time::Instant)]) {
+    fn landed(&self, db: u16, written: &mut dyn Iterator<Item = (&[u8], std::time::Instant)>) {
         if let Some(shared) = self.0.upgrade() {
             for (k, at) in written {
-                shared.l1.release_written(db, k, *at);
+                shared.l1.release_written(db, k, at);
             }
         }
     }
