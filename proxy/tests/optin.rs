@@ -101,7 +101,7 @@ async fn a_direct_write_right_after_an_own_write_landed_is_seen() {
         assert_eq!(got, own);
         // As soon as upstream has it, a foreign write.
         let t0 = Instant::now();
-        while d.get::<_, String>(&key).await.unwrap() != own {
+        while d.get::<_, Option<String>>(&key).await.unwrap().as_deref() != Some(own.as_str()) {
             assert!(t0.elapsed() < BOUND, "{key} never flushed");
         }
         let foreign = format!("direct{round}");

@@ -250,3 +250,34 @@ fn off_and_filtered() {
     assert_eq!(c.get(0, &b("tmp:1")), Lookup::Bypass);
     assert_eq!(c.get(0, &b("k")), Lookup::Miss);
 }
+
+#[test]
+fn a_landed_write_releases_only_its_own_value() {
+    let c = l1(1 << 20);
+    let t0 = Instant::now();
+    let far = t0 + Duration::from_secs(60);
+    let (w1, w2) = (t0, t0 + Duration::from_micros(1));
+    // W1 lands while its value is still there: released.
+    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1));
+    assert!(c.release_written(0, b"k", w1));
+    assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Miss);
+    // W2 replaced W1's value before W1 landed: W1's landing keeps it, W2's
+    // releases it.
+    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1));
+    assert!(c.insert_written(0, &b("k"), &b("two"), far, w2));
+    assert!(!c.release_written(0, b"k", w1));
+    assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Hit(Some(b("two"))));
+    assert!(c.release_written(0, b"k", w2));
+    assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Miss);
+    // A fill's value (read after the write landed, tracked) is kept, and
+    // another database's entry is not touched.
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_fill(t, 0, b("k"), Some(b("read")), -1));
+    assert!(c.insert_written(1, &b("k"), &b("db1"), far, w1));
+    assert!(!c.release_written(0, b"k", w1));
+    assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Hit(Some(b("read"))));
+    assert_eq!(c.get_at(1, &b("k"), w2), Lookup::Hit(Some(b("db1"))));
+    // A key no longer there: nothing to release.
+    assert!(!c.release_written(0, b"gone", w1));
+    assert_eq!(c.stats().released, 2);
+}

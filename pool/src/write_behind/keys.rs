@@ -11,7 +11,10 @@ pub(super) fn keys_of(cmd: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mset = args
         .next()
         .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
-    args.step_by(if mset { 2 } else { usize::MAX })
+    // SET's one key: taken, not stepped past (stepping would parse the
+    // rest of the command for nothing).
+    args.step_by(if mset { 2 } else { 1 })
+        .take(if mset { usize::MAX } else { 1 })
 }
 
 /// The bulk arguments of one encoded command (`*N` then `$len` bulks).
