@@ -103,7 +103,11 @@
 //!   invalidation push has (on the start database the write travels on the
 //!   channel connection itself, in order with its pushes; a reply held up
 //!   past [`HEARTBEAT_TIMEOUT`] takes the channel down, which clears the
-//!   master's part of the L1, as for a late push). A later write of `k`
+//!   master's part of the L1, as for a late push; other databases'
+//!   batches travel on connections of their own, whose replies are held
+//!   up only with the server, which the heartbeat notices, or with that
+//!   one TCP connection, which its keepalive ends and `--l1-ttl-cap`
+//!   bounds meanwhile). A later write of `k`
 //!   acknowledged before `R` replaces the entry with its own stamp, so the
 //!   release keeps it; that write overwrites `F` when it lands, and is
 //!   released in turn. Releasing never keeps a value: a stamp that does
