@@ -647,9 +647,12 @@ async fn a_paused_upstream_takes_the_channel_down_and_back(mode: &str) {
     redis.signal("CONT");
     wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(10)).await;
     let inf = info(&mut c).await;
-    // One per tracking connection: optin has two (`--fill-connections 2`).
+    // One per tracking connection that timed out: optin has two
+    // (`--fill-connections 2`), whose heartbeats are not in step, so the
+    // second may be answered after SIGCONT before its own timeout.
     let connections = if mode == "optin" { 2 } else { 1 };
-    assert_eq!(info_field(&inf, "tracking_channel_losses"), connections);
+    let losses = info_field(&inf, "tracking_channel_losses");
+    assert!((1..=connections).contains(&losses), "{losses} losses");
     // Coherent again, and every write landed.
     cache(&mut c, "z:1").await;
     let _: () = d.set("z:1", "new").await.unwrap();
