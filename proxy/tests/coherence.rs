@@ -259,24 +259,7 @@ async fn killing_the_channel_clears_the_l1(mode: &str) {
     assert_eq!(ids.len(), want, "tracking connections: {ids:?}");
     // The last opened: under optin a fill connection, whose loss clears
     // the master's keys as the channel's own does.
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(&ids[want - 1])
-        .query_async(&mut d)
-        .await
-        .unwrap();
-    let t0 = Instant::now();
-    loop {
-        let inf = info(&mut c).await;
-        if info_field(&inf, "tracking_channel_losses") == 1 {
-            assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared on loss");
-            break;
-        }
-        assert!(t0.elapsed() < BOUND, "loss not noticed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    wait_field(&mut c, "tracking_channels_up", 1, Duration::from_secs(5)).await;
+    support::coherence::kill_tracking_conn(&mut d, &mut c, &ids[want - 1], 1).await;
     cache(&mut c, "c:1").await;
     let _: () = d.set("c:1", "w").await.unwrap();
     time_until(&mut c, "c:1", "w").await;

@@ -117,7 +117,12 @@ impl Node {
     /// invalidation channel is up, or there is none (tracking off: the L1
     /// TTL cap bounds staleness). Read the fill epoch before calling this.
     pub fn coherent(&self) -> bool {
-        self.gate.as_ref().map_or(true, |c| c.is_up()) && self.fillers.iter().all(|f| f.0.is_up())
+        self.gate.as_ref().map_or(true, |c| c.is_up()) && self.fillers_up()
+    }
+
+    /// Whether every further fill connection's channel is up (none: true).
+    fn fillers_up(&self) -> bool {
+        self.fillers.iter().all(|f| f.0.is_up())
     }
 
     /// The connection database `db`'s write-behind batches use when it is
@@ -172,8 +177,9 @@ impl Node {
 
     /// Whether its invalidation channel is up; `None` when tracking is off.
     pub fn tracking_up(&self) -> Option<bool> {
-        let all_fillers = self.fillers.iter().all(|f| f.0.is_up());
-        self.channel.as_ref().map(|c| c.is_up() && all_fillers)
+        self.channel
+            .as_ref()
+            .map(|c| c.is_up() && self.fillers_up())
     }
 
     /// Sends one encoded command on the node's control connection (not

@@ -128,6 +128,38 @@ pub async fn channel_ids(d: &mut MultiplexedConnection, mode: &str) -> Vec<Strin
     ids
 }
 
+/// Kills the tracking connection `id` on the server behind `d` and waits
+/// until sidecache (behind `c`) counts `losses` losses in all, with its L1
+/// cleared, then until its channel is up again.
+pub async fn kill_tracking_conn(
+    d: &mut MultiplexedConnection,
+    c: &mut MultiplexedConnection,
+    id: &str,
+    losses: u64,
+) {
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query_async(d)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let inf = info(c).await;
+        if info_field(&inf, "tracking_channel_losses") == losses {
+            assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared on loss");
+            break;
+        }
+        assert!(
+            t0.elapsed() < BOUND,
+            "loss {losses} of connection {id} not noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_field(c, "tracking_channels_up", 1, Duration::from_secs(5)).await;
+}
+
 /// Direct connections to a cluster's masters, routed by slot.
 pub struct Direct {
     pub ranges: Vec<(u16, u16, usize)>,
