@@ -403,7 +403,7 @@ impl L1 {
         let mut replaces = false;
         if cache.contains_key(&KeyRef { db, key }) {
             let overwrite = |_: &CacheKey, e: &mut Entry| {
-                if e.value.as_ref().map_or(true, |old| value.len() > old.len()) {
+                if e.value.as_ref().is_none_or(|old| value.len() > old.len()) {
                     return EntryAction::Retain(false);
                 }
                 e.deadline = deadline;

@@ -134,7 +134,7 @@ async fn client(
                     let f = buf.split_to(len);
                     frames += 1;
                     // Every fourth reply is EXEC's: an array of two.
-                    if frames % 4 == 0 && !f.starts_with(b"*2\r\n") {
+                    if frames.is_multiple_of(4) && !f.starts_with(b"*2\r\n") {
                         return Err(bad(&format!(
                             "unexpected EXEC reply {:?}",
                             String::from_utf8_lossy(&f)

@@ -117,7 +117,7 @@ impl Node {
     /// invalidation channel is up, or there is none (tracking off: the L1
     /// TTL cap bounds staleness). Read the fill epoch before calling this.
     pub fn coherent(&self) -> bool {
-        self.gate.as_ref().map_or(true, |c| c.is_up()) && self.fillers_up()
+        self.gate.as_ref().is_none_or(|c| c.is_up()) && self.fillers_up()
     }
 
     /// Whether every further fill connection's channel is up (none: true).

@@ -339,8 +339,8 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 .collect();
             let text = shared.with_clients(|c| {
                 c.iter()
-                    .filter(|(id, _)| ids.as_ref().map_or(true, |v| v.contains(id)))
-                    .filter(|(_, e)| kind.map_or(true, |k| k == e.subscribed()))
+                    .filter(|(id, _)| ids.as_ref().is_none_or(|v| v.contains(id)))
+                    .filter(|(_, e)| kind.is_none_or(|k| k == e.subscribed()))
                     .map(|(id, e)| {
                         let line = e.line(*id);
                         if blocked.contains(id) {

@@ -114,7 +114,7 @@ impl Client {
             // MSET with a key and no value: a cluster node would check the
             // slots first (CROSSSLOT); one Redis, which the proxy presents,
             // refuses the arity.
-            Handling::Split(Merge::AllOk) if cluster && args.len() % 2 == 0 => {
+            Handling::Split(Merge::AllOk) if cluster && args.len().is_multiple_of(2) => {
                 self.local_reply(|r| local::arity_error(r, "mset"));
             }
             _ if !cluster => self.forward(0, None, &req.raw),

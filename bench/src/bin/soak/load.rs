@@ -380,7 +380,7 @@ pub(super) async fn churn(a: Arc<Args>, mut stop: watch::Receiver<bool>, k: Arc<
                 continue;
             };
             let (a, k) = (Arc::clone(&a), Arc::clone(&k));
-            let with_ping = launched % 10 == 0;
+            let with_ping = launched.is_multiple_of(10);
             tokio::spawn(async move {
                 let r = async {
                     let mut s = connect(&a.addr, Duration::from_secs(2)).await?;
