@@ -116,6 +116,9 @@ pub enum Error {
     /// The pool is shutting down.
     #[error("upstream pool is shut down")]
     Closed,
+    /// The write journal could not record a write.
+    #[error(transparent)]
+    Journal(#[from] crate::write_behind::journal::JournalError),
 }
 
 impl Error {

@@ -28,9 +28,11 @@
 //! - [`write_behind`]: acknowledged writes queued per (node, database) and
 //!   flushed in pipelined batches, in order, with retries and a drain; its
 //!   `batcher` part sends them (and, under optin tracking, tells the proxy
-//!   which written values landed), and its `keys` part reads a queued
-//!   write's keys back.
-//! - [`upstream`]: the router tying it together. [`Upstream::submit`] is
+//!   which written values landed), its `keys` part reads a queued
+//!   write's keys back, and [`write_behind::journal`] records each write
+//!   on local disk before it is acknowledged (`--write-journal`).
+//! - [`upstream`]: the router tying it together (its `replay` part queues
+//!   a previous run's journal again at start). [`Upstream::submit`] is
 //!   the one way to send a client's pipeline to a node: it waits for the
 //!   write-behind writes the pipeline must not overtake, picks the
 //!   connection and owns the errors (`submit` part). Its `slotmap` part reads,
@@ -62,5 +64,5 @@ pub use conn::node::Node;
 pub use conn::session::{SessionConn, SessionPool, SessionStats, Spliced};
 pub use dispatch::Target;
 pub use error::{Error, Result};
-pub use upstream::{Lane, Pending, ServerInfo, Submitted, Upstream};
+pub use upstream::{Lane, Pending, ReplayReport, ServerInfo, Submitted, Upstream};
 pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteListener};

@@ -41,10 +41,12 @@ pub use crate::dispatch::Target;
 
 mod dispatch;
 mod health;
+mod replay;
 mod slotmap;
 mod startup;
 mod submit;
 
+pub use replay::ReplayReport;
 pub use submit::{Lane, Pending, Submitted};
 
 struct Inner {
@@ -342,16 +344,20 @@ impl Upstream {
     /// Queues an acknowledged write for `node` (after a permit from
     /// [`WriteBehind::reserve`]).
     ///
+    /// Returns the write's journal sequence number (0 without
+    /// `--write-journal`): its acknowledgement waits until
+    /// [`crate::write_behind::journal::Durable::wait`] passes it.
+    ///
     /// # Errors
     /// [`Error::Config`] for a database out of range, [`Error::Closed`]
-    /// when shutting down.
+    /// when shutting down, [`Error::Journal`] when the journal failed.
     pub fn queue_write(
         &self,
         node: &Node,
         write: Write,
         room: crate::write_behind::Reservation<'_>,
         at: std::time::Instant,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let db = write.db;
         let q = node
             .write_queue_or(db, || {

@@ -41,7 +41,7 @@
 //! upstream (or failed for good) by then.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,7 +52,10 @@ use crate::config::WriteConfig;
 use crate::error::{Error, Result};
 
 pub(crate) mod batcher;
+pub mod journal;
 mod keys;
+
+use journal::Journal;
 
 /// One acknowledged write.
 #[derive(Debug, Clone)]
@@ -159,6 +162,8 @@ pub struct WriteBehind {
     closing: AtomicBool,
     live: AtomicUsize,
     idle: Notify,
+    /// `--write-journal`: every queued write is recorded there first.
+    journal: OnceLock<Arc<Journal>>,
 }
 
 impl std::fmt::Debug for WriteBehind {
@@ -194,6 +199,7 @@ impl WriteBehind {
             closing: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             idle: Notify::new(),
+            journal: OnceLock::new(),
         }
     }
 
@@ -215,6 +221,17 @@ impl WriteBehind {
     /// Sets who is told about failed writes.
     pub fn set_listener(&self, l: Arc<dyn WriteListener>) {
         *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+    }
+
+    /// Records every write queued from now on in `journal` before it is
+    /// queued (set once, before clients are served).
+    pub fn set_journal(&self, journal: Arc<Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// The write journal, if any.
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.get()
     }
 
     fn listener(&self) -> Option<Arc<dyn WriteListener>> {
@@ -315,6 +332,8 @@ impl WriteBehind {
 struct Queued {
     write: Write,
     at: Instant,
+    /// Its journal record's sequence number (0: not journalled).
+    seq: u64,
     /// Bytes charged to it (its command and [`QUEUED_OVERHEAD`]).
     charge: u32,
 }
@@ -366,21 +385,42 @@ impl WriteQueue {
     }
 
     /// Queues a write (the room came from [`WriteBehind::reserve`]; `at`
-    /// is when it was acknowledged, for the flush latency).
+    /// is when it was acknowledged, for the flush latency). With a
+    /// journal, its record is appended first, under the queue's lock (so
+    /// the journal holds each queue's writes in queue order); returns the
+    /// record's sequence number (0 without a journal), which the write's
+    /// acknowledgement waits for ([`journal::Durable`]).
     ///
     /// # Errors
-    /// [`Error::Closed`] if the batcher is gone (the room is freed).
+    /// [`Error::Closed`] if the batcher is gone (the room is freed);
+    /// [`Error::Journal`] if the journal failed.
     pub fn push(
         &self,
         wb: &WriteBehind,
         write: Write,
         room: Reservation<'_>,
         at: Instant,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let charge = room.bytes.num_permits() as u32;
-        let item = Queued { write, at, charge };
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        tx.try_send(item).map_err(|_| Error::Closed)?;
+        let seq = match wb.journal.get() {
+            Some(j) => j.append(write.db, &write.cmd)?,
+            None => 0,
+        };
+        let item = Queued {
+            write,
+            at,
+            seq,
+            charge,
+        };
+        if tx.try_send(item).is_err() {
+            // Shutting down (the batcher is gone): the record is let go
+            // as settled, and the write refused.
+            if let Some(j) = wb.journal.get() {
+                j.settled(std::iter::once(seq));
+            }
+            return Err(Error::Closed);
+        }
         room.count.forget();
         room.bytes.forget();
         self.enqueued.fetch_add(1, Ordering::AcqRel);
@@ -394,7 +434,7 @@ impl WriteQueue {
         wb.depth.fetch_add(1, Ordering::Relaxed);
         wb.bytes.fetch_add(charge as usize, Ordering::Relaxed);
         wb.stats.queued.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(seq)
     }
 }
 

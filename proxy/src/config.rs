@@ -53,6 +53,18 @@ pub enum WriteMode {
     WriteThrough,
 }
 
+/// When the write journal is synced to disk (`--write-journal-fsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FsyncArg {
+    /// Every group of writes is synced before they are acknowledged.
+    Always,
+    /// Synced once a second (the default, as Redis's appendfsync).
+    Everysec,
+    /// Never synced by sidecache; the kernel writes back.
+    No,
+}
+
 /// Whether the L1 follows other clients' writes with Redis client tracking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -148,6 +160,9 @@ pub struct Config {
     pub l1: L1Config,
     /// How SETs are acknowledged.
     pub write_mode: WriteMode,
+    /// `--write-journal`: where write-behind writes are recorded before
+    /// they are acknowledged (`None`: not recorded).
+    pub journal: Option<sidecache_pool::write_behind::journal::JournalConfig>,
     /// The output limit of subscribers and MONITOR clients.
     pub output_limit_pubsub: crate::pubsub::OutputLimit,
     /// A normal client's pending replies past which its requests are not
@@ -204,6 +219,7 @@ impl Config {
             output_limit_pubsub,
             output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
+            journal: sections::journal(&o, upstream.write.queue_max_bytes)?,
             listen,
             unix_socket,
             upstream,
@@ -258,7 +274,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -285,6 +301,10 @@ impl fmt::Display for Config {
             self.upstream.write.queue_max,
             self.upstream.write.queue_max_bytes,
             self.upstream.write.queue_timeout,
+            match &self.journal {
+                Some(j) => format!("{} (fsync {})", j.path.display(), j.fsync),
+                None => "off".to_owned(),
+            },
             match &self.upstream.coherence {
                 sidecache_pool::config::Coherence::Off => "tracking off".to_owned(),
                 sidecache_pool::config::Coherence::Tracking {
@@ -343,7 +363,7 @@ fn output_limits(values: &[String]) -> Result<(crate::pubsub::OutputLimit, u64),
     let mut normal = DEFAULT_NORMAL_OUTPUT_LIMIT;
     for v in values {
         let words: Vec<&str> = v.split_whitespace().collect();
-        if words.is_empty() || words.len() % 4 != 0 {
+        if words.is_empty() || !words.len().is_multiple_of(4) {
             return Err(err(
                 KEY,
                 format!("{v:?}: expected CLASS HARD SOFT SECS, e.g. \"pubsub 32mb 8mb 60\""),

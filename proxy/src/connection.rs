@@ -136,6 +136,10 @@ enum Pending {
     Control(Bytes),
     /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
     Kill(Bytes),
+    /// A write-behind write recorded in the write journal as this
+    /// sequence number: `+OK` once the journal holds it (`-MISCONF` if it
+    /// cannot).
+    Journalled(u64),
     /// A MULTI … EXEC/DISCARD block on a shared connection.
     Tx(Box<tx::TxPending>),
     Up {
@@ -172,7 +176,7 @@ impl Pending {
     fn path(&self) -> Option<Path> {
         match self {
             Pending::Invalidate(_) => None,
-            Pending::Local(_) => Some(Path::Local),
+            Pending::Local(_) | Pending::Journalled(_) => Some(Path::Local),
             Pending::Value(_) => Some(Path::L1Hit),
             Pending::Mget(items) if items.iter().all(|i| matches!(i, MgetItem::Hit(_))) => {
                 Some(Path::L1Hit)
@@ -236,6 +240,9 @@ pub struct Client {
     /// Write-behind commands are encoded here and split off (one
     /// allocation serves many writes).
     write_buf: BytesMut,
+    /// `--write-journal`: waits for this client's writes to be recorded
+    /// (made on its first journalled write).
+    durable: Option<sidecache_pool::write_behind::journal::Durable>,
     /// This connection's metrics tally.
     metrics: ConnMetrics,
     /// An open MULTI (its commands collected until EXEC or DISCARD).
@@ -324,6 +331,7 @@ impl Client {
             now: None,
             refusing: None,
             write_buf: BytesMut::new(),
+            durable: None,
             tx: None,
             held: None,
             blocked: None,

@@ -8,6 +8,7 @@ use clap::Parser as _;
 use sidecache::config::LogFormat;
 use sidecache::metrics::export::Exporter;
 use sidecache::{Config, Listeners, Options};
+use sidecache_pool::write_behind::journal::Journal;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +55,11 @@ fn main() -> std::process::ExitCode {
 
 async fn start(config: Config) -> anyhow::Result<()> {
     tracing::info!(config = %config.redacted(), "starting");
+    // The journal first: a second sidecache on the same one stops here.
+    let journal = match &config.journal {
+        Some(cfg) => Some(Journal::open(cfg.clone()).context("cannot open the write journal")?),
+        None => None,
+    };
     let listeners = Listeners::bind(&config).await.context("cannot listen")?;
     let stop = CancellationToken::new();
     tokio::spawn({
@@ -103,9 +109,51 @@ async fn start(config: Config) -> anyhow::Result<()> {
             Err(e) => return Err(anyhow::Error::new(e).context("cannot use upstream")),
         }
     };
+    // What the last run left in the journal reaches upstream before any
+    // client is served.
+    let journal = match journal {
+        Some((journal, leftover)) => {
+            let journal = Arc::new(journal);
+            shared
+                .upstream
+                .write_behind()
+                .set_journal(Arc::clone(&journal));
+            let (records, dropped) = (leftover.records.len(), leftover.dropped_bytes);
+            if records > 0 || dropped > 0 {
+                tracing::info!(
+                    records,
+                    already_landed = leftover.settled,
+                    dropped_bytes = dropped,
+                    "write journal: replaying what the last run left"
+                );
+            }
+            let report = tokio::select! {
+                r = shared.upstream.replay(leftover) => r.context("replaying the write journal")?,
+                _ = stop.cancelled() => return Ok(()),
+            };
+            journal
+                .stats()
+                .replayed
+                .store(report.replayed, std::sync::atomic::Ordering::Relaxed);
+            if records > 0 {
+                tracing::info!(
+                    replayed = report.replayed,
+                    failed = report.failed,
+                    "write journal: replayed"
+                );
+            }
+            Some(journal)
+        }
+        None => None,
+    };
     exporter.attach(&shared);
     let report = sidecache::run(listeners, shared, stop.cancelled_owned()).await;
     http_stop.cancel();
+    if let Some(j) = journal {
+        // Every write flushed: nothing is left to replay.
+        let all = report.unflushed == 0;
+        let _ = tokio::task::spawn_blocking(move || j.close(all)).await;
+    }
     if report.unflushed > 0 {
         anyhow::bail!(
             "{} acknowledged writes could not be flushed before the shutdown timeout",

@@ -25,7 +25,7 @@ pub use cluster::Cluster;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-fn temp_dir(tag: &str) -> PathBuf {
+pub fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "sidecache-test-{}-{}-{}",
         std::process::id(),

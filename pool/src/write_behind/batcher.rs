@@ -389,6 +389,11 @@ impl<U: Dispatch> Batcher<U> {
             let keys: Vec<Bytes> = batch.iter().flat_map(|q| q.write.keys()).collect();
             up.publish_written(Some(&keys)).await;
         }
+        // Their journal records are let go (a segment left with none is
+        // deleted).
+        if let Some(j) = wb.journal() {
+            j.settled(batch.iter().map(|q| q.seq));
+        }
         let now = Instant::now();
         let (mut sum, mut max) = (0u64, 0u64);
         let mut charged = 0usize;

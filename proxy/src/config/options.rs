@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde::Deserialize;
 
-use super::{LogFormat, ModeArg, TrackingArg, WriteMode, YesNo};
+use super::{FsyncArg, LogFormat, ModeArg, TrackingArg, WriteMode, YesNo};
 
 /// Every option, as given (all optional so that sources can be merged).
 #[derive(Debug, Default, Parser, Deserialize)]
@@ -221,6 +221,19 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_WRITE_QUEUE_TIMEOUT", value_name = "SECS")]
     pub write_queue_timeout: Option<f64>,
 
+    /// Record every write-behind write in a journal in this directory
+    /// before acknowledging it, and replay what it holds at start, so a
+    /// crash of sidecache loses no acknowledged write (one directory per
+    /// sidecache; a lock file refuses a second) [default: off].
+    #[arg(long, env = "SIDECACHE_WRITE_JOURNAL", value_name = "PATH")]
+    pub write_journal: Option<PathBuf>,
+
+    /// When the journal is synced to disk, as Redis's appendfsync:
+    /// always (before each acknowledgement, group commit), everysec, no
+    /// [default: everysec].
+    #[arg(long, env = "SIDECACHE_WRITE_JOURNAL_FSYNC", value_enum)]
+    pub write_journal_fsync: Option<FsyncArg>,
+
     /// Follow other clients' writes with Redis client tracking
     /// (invalidation channel per master): optin tracks only the keys cached
     /// here (fleet-safe), bcast (alias on) hears of every write, off leaves
@@ -297,6 +310,8 @@ impl Options {
             write_queue_max,
             write_queue_timeout,
             write_queue_max_bytes,
+            write_journal,
+            write_journal_fsync,
             l1_max_bytes,
             l1_max_value_bytes,
             l1_ttl_cap,

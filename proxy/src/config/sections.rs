@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use sidecache_l1::L1Config;
 use sidecache_pool::config as pool;
+use sidecache_pool::write_behind::journal;
 use sidecache_pool::{Mode, Seed, UpstreamConfig};
 
 use super::{
-    default_threads, err, secs, size, ConfigError, ModeArg, Options, TrackingArg, YesNo,
+    default_threads, err, secs, size, ConfigError, FsyncArg, ModeArg, Options, TrackingArg, YesNo,
     DEFAULT_LISTEN, DEFAULT_MAX_MULTIBULK_LEN, DEFAULT_METRICS_LISTEN, DEFAULT_PROTO_MAX_BULK_LEN,
     DEFAULT_UNIX_SOCKET_MODE,
 };
@@ -152,6 +153,36 @@ fn write(o: &Options) -> Result<pool::WriteConfig, ConfigError> {
             pool::DEFAULT_WRITE_QUEUE_TIMEOUT.as_secs_f64(),
         )?,
     })
+}
+
+/// `--write-journal` and `--write-journal-fsync` (its segments sized
+/// from `--write-queue-max-bytes`).
+pub(super) fn journal(
+    o: &Options,
+    queue_max_bytes: usize,
+) -> Result<Option<journal::JournalConfig>, ConfigError> {
+    let Some(path) = &o.write_journal else {
+        if o.write_journal_fsync.is_some() {
+            return Err(err(
+                "--write-journal-fsync",
+                "needs --write-journal (a directory for the journal)",
+            ));
+        }
+        return Ok(None);
+    };
+    if path.as_os_str().is_empty() {
+        return Err(err("--write-journal", "must be a directory path"));
+    }
+    let fsync = match o.write_journal_fsync.unwrap_or(FsyncArg::Everysec) {
+        FsyncArg::Always => journal::Fsync::Always,
+        FsyncArg::Everysec => journal::Fsync::EverySec,
+        FsyncArg::No => journal::Fsync::No,
+    };
+    Ok(Some(journal::JournalConfig {
+        path: path.clone(),
+        fsync,
+        segment_bytes: journal::segment_bytes_for(queue_max_bytes),
+    }))
 }
 
 /// `--tracking` and `--peer-invalidation-channel`.

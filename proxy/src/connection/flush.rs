@@ -236,6 +236,16 @@ impl Client {
                 let r = flight::wait(rx).await;
                 write_fetched(&mut self.wbuf, proto, r.as_ref());
             }
+            Pending::Journalled(seq) => {
+                if let Err(e) = self.journalled(seq).await {
+                    let text = format!("-MISCONF {e}");
+                    self.wbuf
+                        .put_slice(text.replace(['\r', '\n'], " ").as_bytes());
+                    self.wbuf.put_slice(b"\r\n");
+                    return true;
+                }
+                self.wbuf.put_slice(b"+OK\r\n");
+            }
             Pending::Tx(t) => self.reply_tx(*t).await,
             Pending::Invalidate(inval) => self.invalidated(inval).await,
             Pending::Up {

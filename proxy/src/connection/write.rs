@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use sidecache_pool::write_behind::journal::JournalError;
 use sidecache_pool::{Slot, Write};
 
 use super::Client;
@@ -113,25 +114,49 @@ impl Client {
             }
         }
         let db = self.st.db;
+        let mut journalled = 0;
         for ((node, slot, pairs), (permit, need)) in groups.into_iter().zip(permits) {
             let cmd = write::encode(&plan, args, raw, &pairs, need, &mut self.write_buf);
             let Some(n) = self.topo.nodes().get(node).cloned() else {
                 return false;
             };
-            if let Err(e) = shared
+            match shared
                 .upstream
                 .queue_write(&n, Write { db, slot, cmd }, permit, now)
             {
-                for &(k, _) in &pairs {
-                    shared.invalidate(db, &args[k]);
+                Ok(seq) => journalled = journalled.max(seq),
+                Err(e) => {
+                    for &(k, _) in &pairs {
+                        shared.invalidate(db, &args[k]);
+                    }
+                    // As Redis answers a write its AOF cannot take.
+                    let kind = match e {
+                        sidecache_pool::Error::Journal(_) => "MISCONF",
+                        _ => "ERR",
+                    };
+                    let msg = format!("{kind} {e}");
+                    self.local_reply(|r| r.error(&msg));
+                    return true;
                 }
-                let msg = format!("ERR {e}");
-                self.local_reply(|r| r.error(&msg));
-                return true;
             }
         }
-        self.local_reply(|r| r.ok());
+        if journalled > 0 {
+            // `+OK` once the journal holds it (`Client::reply`).
+            self.pending.push(super::Pending::Journalled(journalled));
+        } else {
+            self.local_reply(|r| r.ok());
+        }
         true
+    }
+
+    /// Waits until the write journal holds every record up to `seq` with
+    /// the promise of `--write-journal-fsync`.
+    pub(super) async fn journalled(&mut self, seq: u64) -> Result<(), JournalError> {
+        let Some(j) = self.shared.upstream.write_behind().journal() else {
+            return Ok(());
+        };
+        let durable = self.durable.get_or_insert_with(|| j.durable());
+        durable.wait(seq).await
     }
 
     /// The written values become what the L1 serves (or, for KEEPTTL, whose

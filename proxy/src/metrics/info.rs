@@ -235,6 +235,25 @@ fn write_behind(s: &Shared) -> String {
         load(&st.ahead),
         load(&st.latency_us_sum).checked_div(flushed).unwrap_or(0),
         load(&st.latency_us_max),
+    ) + &journal(s)
+}
+
+/// The write journal's lines of the write-behind section.
+fn journal(s: &Shared) -> String {
+    let Some(j) = s.upstream.write_behind().journal() else {
+        return "write_journal:off\r\n".to_owned();
+    };
+    let st = j.stats();
+    format!(
+        "write_journal:{}\r\nwrite_journal_fsync:{}\r\nwrite_journal_bytes:{}\r\nwrite_journal_segments:{}\r\nwrite_journal_records:{}\r\nwrite_journal_replayed:{}\r\nwrite_journal_dropped_bytes:{}\r\nwrite_journal_errors:{}\r\n",
+        j.config().path.display(),
+        j.config().fsync,
+        load(&st.bytes),
+        load(&st.segments),
+        load(&st.appended),
+        load(&st.replayed),
+        load(&st.dropped_bytes),
+        load(&st.errors),
     )
 }
 

@@ -17,6 +17,7 @@ pub(super) fn collect_shared(s: &Shared, o: &mut Out) {
     pubsub_and_blocking(s, o);
     sessions(s, o);
     write_flushes(s, o);
+    journal(s, o);
     invalidation(s, o);
     upstream(s, o);
 }
@@ -232,6 +233,58 @@ fn sessions(s: &Shared, o: &mut Out) {
         &[],
         l(&sessions.stats.refusals),
     );
+}
+
+/// The write journal (all zero without `--write-journal`).
+fn journal(s: &Shared, o: &mut Out) {
+    use sidecache_pool::write_behind::journal::{JournalStats, FSYNC_BUCKETS_US};
+    let none = JournalStats::default();
+    let j = s.upstream.write_behind().journal();
+    let js = j.map_or(&none, |j| j.stats());
+    o.gauge(
+        "sidecache_write_journal_enabled",
+        &[],
+        if j.is_some() { 1.0 } else { 0.0 },
+    );
+    o.gauge("sidecache_write_journal_bytes", &[], l(&js.bytes) as f64);
+    o.gauge(
+        "sidecache_write_journal_segments",
+        &[],
+        l(&js.segments) as f64,
+    );
+    o.counter(
+        "sidecache_write_journal_records_total",
+        &[],
+        l(&js.appended),
+    );
+    let mut acc = 0;
+    let buckets: Vec<(f64, u64)> = FSYNC_BUCKETS_US
+        .iter()
+        .zip(&js.fsync_buckets)
+        .map(|(&le, n)| {
+            acc += l(n);
+            (le as f64 / 1e6, acc)
+        })
+        .collect();
+    let count: u64 = js.fsync_buckets.iter().map(l).sum();
+    o.histogram(
+        "sidecache_write_journal_fsync_duration_seconds",
+        &[],
+        buckets.into_iter(),
+        count,
+        l(&js.fsync_us_sum) as f64 / 1e6,
+    );
+    o.counter(
+        "sidecache_write_journal_replayed_records_total",
+        &[],
+        l(&js.replayed),
+    );
+    o.counter(
+        "sidecache_write_journal_dropped_bytes_total",
+        &[],
+        l(&js.dropped_bytes),
+    );
+    o.counter("sidecache_write_journal_errors_total", &[], l(&js.errors));
 }
 
 /// Write-behind writes by fate, the batch sizes, the flush latency,
