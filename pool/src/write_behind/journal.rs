@@ -646,8 +646,14 @@ fn write_loop(inner: &Inner) {
     let mut done: Vec<Vec<u8>> = Vec::new();
     let mut marks_buf: Vec<u8> = Vec::new();
     let mut marks_since: Option<Instant> = None;
+    let mut chunks: VecDeque<Chunk> = VecDeque::new();
+    let mut marks: Vec<(u64, u64)> = Vec::new();
+    let mut delete: Vec<u64> = Vec::new();
+    let mut seqs: Vec<u64> = Vec::new();
     loop {
-        let (chunks, mut marks, delete, stop) = {
+        // Swapped with the shared ones, so their capacity is kept and
+        // reused turn after turn (no allocation per group).
+        let stop = {
             let mut st = inner.lock();
             st.spare.append(&mut done);
             loop {
@@ -684,22 +690,18 @@ fn write_loop(inner: &Inner) {
             let marks_due = st.stop
                 || marks_since.is_some_and(|t| t.elapsed() >= MARK_DELAY)
                 || st.marks.len() >= 4096;
-            (
-                std::mem::take(&mut st.chunks),
-                if marks_due {
-                    std::mem::take(&mut st.marks)
-                } else {
-                    Vec::new()
-                },
-                std::mem::take(&mut st.delete),
-                st.stop,
-            )
+            std::mem::swap(&mut st.chunks, &mut chunks);
+            if marks_due {
+                std::mem::swap(&mut st.marks, &mut marks);
+            }
+            std::mem::swap(&mut st.delete, &mut delete);
+            st.stop
         };
         if !marks.is_empty() {
             marks_since = None;
         }
-        let result = write_chunks(inner, chunks, &mut files, &mut done, &mut written_seq).and_then(
-            |wrote| {
+        let result = write_chunks(inner, &mut chunks, &mut files, &mut done, &mut written_seq)
+            .and_then(|wrote| {
                 dirty |= wrote;
                 let due = match fsync {
                     Fsync::Always => wrote,
@@ -716,8 +718,7 @@ fn write_loop(inner: &Inner) {
                     dirty = false;
                 }
                 Ok(())
-            },
-        );
+            });
         match result {
             Ok(()) => {
                 inner.progress.send_if_modified(|p| {
@@ -735,7 +736,7 @@ fn write_loop(inner: &Inner) {
                 return;
             }
         }
-        for id in delete {
+        for id in delete.drain(..) {
             files.close(id);
             let path = inner.segment_path(id);
             match std::fs::metadata(&path).map(|m| m.len()) {
@@ -762,7 +763,8 @@ fn write_loop(inner: &Inner) {
         while at < marks.len() {
             let id = marks[at].0;
             let end = at + marks[at..].partition_point(|m| m.0 == id);
-            let seqs: Vec<u64> = marks[at..end].iter().map(|m| m.1).collect();
+            seqs.clear();
+            seqs.extend(marks[at..end].iter().map(|m| m.1));
             at = end;
             let live = inner.lock().segments.iter().any(|s| s.id == id);
             if !live {
@@ -785,6 +787,7 @@ fn write_loop(inner: &Inner) {
                 }
             }
         }
+        marks.clear();
         if stop {
             let mut st = inner.lock();
             if st.chunks.is_empty() && st.marks.is_empty() {
@@ -807,13 +810,13 @@ fn write_loop(inner: &Inner) {
 /// was written.
 fn write_chunks(
     inner: &Inner,
-    chunks: VecDeque<Chunk>,
+    chunks: &mut VecDeque<Chunk>,
     files: &mut Files,
     done: &mut Vec<Vec<u8>>,
     written_seq: &mut u64,
 ) -> std::io::Result<bool> {
     let mut wrote = false;
-    for mut c in chunks {
+    for mut c in chunks.drain(..) {
         if files.current != Some(c.segment) {
             if let Some(id) = files.current.take() {
                 if inner.cfg.fsync != Fsync::No {

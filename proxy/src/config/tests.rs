@@ -207,3 +207,57 @@ fn sizes() {
     assert_eq!(size("k", Some("2k"), 0).expect("valid"), 2000);
     assert!(size("k", Some("x"), 0).is_err());
 }
+
+#[test]
+fn write_journal_options() {
+    use sidecache_pool::write_behind::journal::Fsync;
+    let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
+    assert_eq!(c.journal, None, "off by default");
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--write-journal",
+        "/var/lib/sidecache/journal",
+    ]))
+    .expect("valid");
+    let j = c.journal.expect("journal");
+    assert_eq!(
+        j.path,
+        std::path::PathBuf::from("/var/lib/sidecache/journal")
+    );
+    assert_eq!(j.fsync, Fsync::EverySec, "everysec by default, as Redis");
+    // Segments of an eighth of the 64 MB queue.
+    assert_eq!(j.segment_bytes, 8 << 20);
+    for (arg, want) in [
+        ("always", Fsync::Always),
+        ("everysec", Fsync::EverySec),
+        ("no", Fsync::No),
+    ] {
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "redis://h",
+            "--write-journal",
+            "j",
+            "--write-journal-fsync",
+            arg,
+            "--write-queue-max-bytes",
+            "1mb",
+        ]))
+        .expect("valid");
+        let j = c.journal.expect("journal");
+        assert_eq!(j.fsync, want);
+        assert_eq!(j.segment_bytes, 128 << 10);
+    }
+    let e = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--write-journal-fsync",
+        "always",
+    ]))
+    .expect_err("fsync alone");
+    assert_eq!(e.key, "--write-journal-fsync");
+    let file: Options =
+        toml::from_str("write_journal = \"/j\"\nwrite_journal_fsync = \"always\"\n").expect("toml");
+    let c = Config::from_options(opts(&["--upstream", "redis://h"]).or(file)).expect("valid");
+    assert_eq!(c.journal.map(|j| j.fsync), Some(Fsync::Always));
+}
