@@ -8,7 +8,7 @@
 //!  WriteQueue::push ──append (seq, under the queue lock)──▶ chunks ──▶ writer thread ──write(2)──▶ segment file
 //!        │                                                                 │  fdatasync (always: each group;
 //!        ▼                                                                 │             everysec: once a second)
-//!  client's +OK waits for Durable(seq) ◀──────────── progress (seq) ◀──────┘
+//!  always: client's +OK waits for Durable(seq) ◀──── progress (seq) ◀──────┘
 //!  batch settled upstream ──settled(seqs)──▶ a segment with no write left unsettled is deleted
 //! ```
 //!
@@ -18,12 +18,15 @@
 //! wait for the old queue first), so replaying the journal in file order
 //! keeps every key's order.
 //!
-//! **Acknowledgement.** The client's `+OK` waits until its record is
-//! written to the file (`no`, `everysec`: in the kernel's page cache,
-//! which survives the process) or written and `fdatasync`ed (`always`).
-//! One writer thread serves every connection, so one `write` and one
-//! `fdatasync` cover every record that arrived while the previous ones
-//! ran (group commit). It never blocks the runtime's threads.
+//! **Acknowledgement.** With `always`, the client's `+OK` waits until its
+//! record is written and `fdatasync`ed; one writer thread serves every
+//! connection, so one `write` and one `fdatasync` cover every record that
+//! arrived while the previous ones ran (group commit), and it never blocks
+//! the runtime's threads. With `everysec` and `no` the write is
+//! acknowledged once its record is appended in memory: the writer (woken
+//! if idle) writes it to the file within moments and syncs once a second
+//! (`everysec`) or never (`no`), so a crash loses at most what it had not
+//! written or synced yet, about a second at worst, as the settings say.
 //!
 //! **Size.** Segments are rotated at [`JournalConfig::segment_bytes`]; a
 //! segment is deleted once it is closed and every write in it was settled

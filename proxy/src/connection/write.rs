@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use sidecache_pool::write_behind::journal::JournalError;
+use sidecache_pool::write_behind::journal::{Fsync, JournalError};
 use sidecache_pool::{Slot, Write};
 
 use super::Client;
@@ -140,8 +140,16 @@ impl Client {
                 }
             }
         }
-        if journalled > 0 {
-            // `+OK` once the journal holds it (`Client::reply`).
+        // `--write-journal-fsync always`: `+OK` once the record is synced
+        // (`Client::reply`). `everysec` and `no` acknowledge at once: the
+        // writer thread writes the record within moments, and a crash
+        // loses at most what it had not written yet (about a second at
+        // worst), the promise of those settings.
+        let synced = journalled > 0
+            && wb
+                .journal()
+                .is_some_and(|j| j.config().fsync == Fsync::Always);
+        if synced {
             self.pending.push(super::Pending::Journalled(journalled));
         } else {
             self.local_reply(|r| r.ok());
