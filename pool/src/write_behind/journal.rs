@@ -569,6 +569,10 @@ fn read_leftover(dir: &Path) -> Result<Leftover, JournalError> {
     Ok(out)
 }
 
+/// With `everysec` and `no`, how long the writer lets records gather
+/// after a write (the most a SIGKILL loses, beyond the write in hand).
+const GATHER: Duration = Duration::from_millis(1);
+
 /// Longest a settled record waits to be written (it is not needed for
 /// any acknowledgement: it only spares a restart from writing again what
 /// already landed).
@@ -703,6 +707,7 @@ fn write_loop(inner: &Inner) {
         if !marks.is_empty() {
             marks_since = None;
         }
+        let seq_before = written_seq;
         let result = write_chunks(inner, &mut chunks, &mut files, &mut done, &mut written_seq)
             .and_then(|wrote| {
                 dirty |= wrote;
@@ -791,6 +796,13 @@ fn write_loop(inner: &Inner) {
             }
         }
         marks.clear();
+        if written_seq != seq_before && fsync != Fsync::Always && !stop {
+            // Nobody waits for these writes: let the next ones gather for
+            // a moment (appends meanwhile do not wake the writer), so a
+            // busy journal takes one write a millisecond, not one per
+            // record. A crash loses at most this moment's records.
+            std::thread::sleep(GATHER);
+        }
         if stop {
             let mut st = inner.lock();
             if st.chunks.is_empty() && st.marks.is_empty() {
