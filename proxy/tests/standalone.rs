@@ -218,6 +218,18 @@ async fn malformed_input_gets_redis_errors_and_close() {
         b"PING\r\n*abc\r\n",
     ];
     for case in cases {
+        if *case == b"set \"a b\"c\r\n" && support::is_valkey() && support::server_major() >= 9 {
+            // Valkey 9 reads `"a b"c` as `a bc` (SET with one argument)
+            // and keeps the connection; sidecache splits as its upstream.
+            let direct = raw(&redis.addr(), case, 1).await;
+            let proxied = raw(&proxy.addr.to_string(), case, 1).await;
+            assert_eq!(
+                String::from_utf8_lossy(&proxied),
+                String::from_utf8_lossy(&direct)
+            );
+            assert!(proxied.starts_with(b"-ERR wrong number of arguments"));
+            continue;
+        }
         let mut d = tokio::net::TcpStream::connect(redis.addr()).await.unwrap();
         d.write_all(case).await.unwrap();
         let direct = read_to_close(&mut d).await;
