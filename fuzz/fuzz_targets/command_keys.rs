@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use sidecache::cmd::table::{CommandInfo, CommandTable};
 use sidecache_resp::frame::Value;
-use sidecache_resp::request::{Limits, Parser, Request};
+use sidecache_resp::request::{InlineQuotes, Limits, Parser, Request};
 
 static COMMAND_REPLY: &[u8] = include_bytes!("../fixtures/command-redis-7.0.15.resp");
 
@@ -211,6 +211,7 @@ fuzz_target!(|data: &[u8]| {
     let mut p = Parser::new(Limits {
         max_bulk: 1 << 20,
         max_multibulk: 1 << 16,
+        inline_quotes: InlineQuotes::Strict,
     });
     let mut buf = BytesMut::from(stream);
     let mut req = Request::default();

@@ -14,7 +14,9 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use sidecache_fuzz::{chunks, same_modulo_terminators};
-use sidecache_resp::request::{split_args, Limits, Parser, ProtocolError, Request, INLINE_MAX};
+use sidecache_resp::request::{
+    split_args, InlineQuotes, Limits, Parser, ProtocolError, Request, INLINE_MAX,
+};
 
 #[derive(Debug, PartialEq)]
 struct Outcome {
@@ -126,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_bulk: [512 * 1024 * 1024, 16, 1, 0][usize::from((cfg >> 1) & 3)],
         max_multibulk: [i32::MAX as u64, 8, 1, 0][usize::from((cfg >> 3) & 3)],
+        inline_quotes: InlineQuotes::Strict,
     };
     let unauth = cfg & 1 == 1;
     let whole = run(input, limits, unauth, None);

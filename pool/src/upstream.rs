@@ -8,6 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
+use sidecache_resp::frame::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -35,6 +36,24 @@ pub struct ServerInfo {
     pub databases: u16,
     /// Whether the upstream is a cluster.
     pub cluster: bool,
+    /// The seed's own `HELLO 3` reply, field by field in its order:
+    /// `server`, `version`, `proto`, `id`, `mode`, `role`, `modules`, and
+    /// what else the engine adds (Valkey: `availability_zone` when set).
+    /// Valkey answers `server` `valkey` and its own version (its INFO keeps
+    /// `redis_version:7.2.4`). Empty when the seed refused HELLO (Redis
+    /// before 6).
+    pub hello: Vec<(Bytes, Value)>,
+}
+
+impl ServerInfo {
+    /// A text field of the seed's HELLO (`server`: `redis` or `valkey`;
+    /// `version`: the engine's own version).
+    pub fn hello_text(&self, field: &str) -> Option<&str> {
+        self.hello
+            .iter()
+            .find(|(f, _)| f.as_ref() == field.as_bytes())
+            .and_then(|(_, v)| std::str::from_utf8(v.as_bytes()?).ok())
+    }
 }
 
 pub use crate::dispatch::Target;

@@ -29,13 +29,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::types::BytesFrame;
-use sidecache_resp::request::{Limits, Parser, Request};
+use sidecache_resp::request::{InlineQuotes, Limits, Parser, Request};
 
 /// Limits well above every input (512 MiB is Redis's default
 /// `proto-max-bulk-len`).
 const LIMITS: Limits = Limits {
     max_bulk: 512 * 1024 * 1024,
     max_multibulk: 1024 * 1024,
+    inline_quotes: InlineQuotes::Strict,
 };
 
 /// Appends one RESP array of bulk strings.

@@ -64,7 +64,7 @@ mod write;
 use serve::write_out;
 pub use serve::{serve, ClientStream};
 use sidecache_resp::encode::Reply;
-use sidecache_resp::request::{Limits, Parser, Request};
+use sidecache_resp::request::{InlineQuotes, Limits, Parser, Request};
 
 /// Commands resolved together at most (bounds memory per client).
 pub const MAX_BATCH: usize = 4096;

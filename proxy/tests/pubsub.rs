@@ -63,6 +63,14 @@ async fn subscribers_get_redis_own_replies_and_messages() {
         ("PUNSUBSCRIBE", 1),
         ("PING", 1),
     ];
+    // Valkey 8.0.0 and 8.0.1 answer UNSUBSCRIBE and PUNSUBSCRIBE outside
+    // subscribed mode with one `-NOSUB` error instead of a reply per
+    // channel, a change Valkey reverted as breaking clients (Valkey 9
+    // answers as Redis, and so does sidecache); the two lines are left out
+    // there.
+    let (engine, version) = support::server_engine();
+    let nosub = engine == "valkey" && matches!(version.as_str(), "8.0.0" | "8.0.1");
+    let script = if nosub { &script[2..] } else { script };
     let mut outs = Vec::new();
     for addr in [redis.addr(), proxy.addr.to_string()] {
         let mut s = TcpStream::connect(&addr).await.unwrap();

@@ -1,6 +1,10 @@
 //! Test support: real `redis-server` processes (standalone and a 3-master
 //! cluster) on free loopback ports in temporary directories, killed on
 //! `Drop`; the proxy run in-process on `127.0.0.1:0`; raw RESP helpers.
+//!
+//! The server binary is `redis-server` from the PATH, or the one named by
+//! `SIDECACHE_TEST_SERVER` (e.g. a `valkey-server`: `.ci/run` runs a subset
+//! of these tests against Valkey 8 and 9 that way).
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -24,6 +28,61 @@ pub mod coherence;
 pub use cluster::Cluster;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The environment variable naming the server binary the tests start.
+pub const SERVER_ENV: &str = "SIDECACHE_TEST_SERVER";
+
+/// The server binary the tests start: `$SIDECACHE_TEST_SERVER`, else
+/// `redis-server` from the PATH.
+pub fn server_bin() -> String {
+    std::env::var(SERVER_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// The engine and version of the server binary, from `--version`:
+/// `("redis", "7.0.15")`, `("valkey", "9.1.2")`.
+pub fn server_engine() -> (String, String) {
+    static ENGINE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let out = Command::new(server_bin())
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("{} --version: {e}", server_bin()));
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            // "Redis server v=7.0.15 sha=…", "Valkey server v=9.1.2 sha=…"
+            let engine = text
+                .split_whitespace()
+                .next()
+                .unwrap_or("redis")
+                .to_lowercase();
+            let version = text
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("v="))
+                .unwrap_or("0")
+                .to_owned();
+            (engine, version)
+        })
+        .clone()
+}
+
+/// The major version of the server binary (Valkey's own, not its
+/// `redis_version`).
+pub fn server_major() -> u32 {
+    server_engine()
+        .1
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the tests run against Valkey (`SIDECACHE_TEST_SERVER`).
+pub fn is_valkey() -> bool {
+    server_engine().0 == "valkey"
+}
 
 pub fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -73,7 +132,7 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port(node_timeout_ms.is_some());
             let dir = temp_dir("redis");
-            let mut cmd = Command::new("redis-server");
+            let mut cmd = Command::new(server_bin());
             cmd.arg("--port")
                 .arg(port.to_string())
                 .args([
@@ -105,9 +164,12 @@ impl RedisServer {
                 .get_args()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            let child = cmd
-                .spawn()
-                .expect("redis-server must be installed (see .ci/run)");
+            let child = cmd.spawn().unwrap_or_else(|e| {
+                panic!(
+                    "{} must be installed (see .ci/run; {SERVER_ENV} names another binary): {e}",
+                    server_bin()
+                )
+            });
             let mut s = RedisServer {
                 child,
                 port,
@@ -119,7 +181,7 @@ impl RedisServer {
             }
             let _ = s.child.kill();
         }
-        panic!("could not start redis-server");
+        panic!("could not start {}", server_bin());
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -182,13 +244,13 @@ impl RedisServer {
     /// Starts the server again on the same port with the same arguments.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Command::new("redis-server")
+        self.child = Command::new(server_bin())
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server");
-        assert!(self.wait_ready(), "redis-server restarted");
+            .expect("server binary");
+        assert!(self.wait_ready(), "{} restarted", server_bin());
     }
 
     /// Kills the server (for failure tests).

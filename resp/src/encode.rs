@@ -3,6 +3,7 @@
 
 use bytes::{BufMut, BytesMut};
 
+use crate::frame::Value;
 use crate::Proto;
 
 /// Appends a command as a RESP array of bulk strings.
@@ -95,6 +96,55 @@ impl Reply<'_> {
         }
     }
 
+    /// A decoded value (e.g. a RESP3 reply sidecache keeps), written in
+    /// this reply's protocol: for RESP2 as Redis shows RESP3 types there
+    /// (map: flat array; set and push: array; double and big number: bulk;
+    /// boolean: 1 or 0; verbatim: bulk of the text; nil: `$-1`).
+    pub fn value(&mut self, v: &Value) {
+        let line = |out: &mut BytesMut, kind: u8, b: &[u8]| {
+            out.put_u8(kind);
+            out.put_slice(b);
+            out.put_slice(b"\r\n");
+        };
+        let resp3 = self.proto == Proto::Resp3;
+        match v {
+            Value::Nil => self.nil(),
+            Value::Status(b) => line(self.out, b'+', b),
+            Value::Error(b) => line(self.out, b'-', b),
+            Value::Int(i) => self.int(*i),
+            Value::Bulk(b) => self.bulk(b),
+            Value::Double(b) if resp3 => line(self.out, b',', b),
+            Value::BigNumber(b) if resp3 => line(self.out, b'(', b),
+            Value::Double(b) | Value::BigNumber(b) => self.bulk(b),
+            Value::Bool(t) if resp3 => self.out.put_slice(if *t { b"#t\r\n" } else { b"#f\r\n" }),
+            Value::Bool(t) => self.int(i64::from(*t)),
+            Value::Verbatim(b) if resp3 => {
+                put_header(self.out, b'=', b.len() as i64);
+                self.out.put_slice(b);
+                self.out.put_slice(b"\r\n");
+            }
+            // "txt:" (the format) and the text.
+            Value::Verbatim(b) => self.bulk(b.get(4..).unwrap_or_default()),
+            Value::Array(items) | Value::Set(items) | Value::Push(items) => {
+                match v {
+                    Value::Set(_) if resp3 => put_header(self.out, b'~', items.len() as i64),
+                    Value::Push(_) if resp3 => put_header(self.out, b'>', items.len() as i64),
+                    _ => self.array(items.len()),
+                }
+                for i in items {
+                    self.value(i);
+                }
+            }
+            Value::Map(kv) => {
+                self.map(kv.len());
+                for (k, v) in kv {
+                    self.value(k);
+                    self.value(v);
+                }
+            }
+        }
+    }
+
     /// A text reply that Redis sends as a verbatim string in RESP3 (INFO,
     /// CLIENT INFO/LIST).
     pub fn verbatim(&mut self, text: &[u8]) {
@@ -140,6 +190,27 @@ mod tests {
         r.map(2);
         r.verbatim(b"x");
         assert_eq!(&b[..], b"_\r\n%2\r\n=5\r\ntxt:x\r\n");
+    }
+
+    #[test]
+    fn values_in_either_protocol() {
+        let v = Value::decode(&bytes::Bytes::from_static(
+            b"%2\r\n$7\r\nmodules\r\n*1\r\n%1\r\n$4\r\nname\r\n$3\r\nlua\r\n$1\r\nx\r\n~2\r\n#t\r\n,1.5\r\n",
+        ))
+        .expect("a valid frame");
+        let write = |proto| {
+            let mut b = BytesMut::new();
+            Reply { out: &mut b, proto }.value(&v);
+            String::from_utf8(b.to_vec()).expect("ASCII")
+        };
+        assert_eq!(
+            write(Proto::Resp3),
+            "%2\r\n$7\r\nmodules\r\n*1\r\n%1\r\n$4\r\nname\r\n$3\r\nlua\r\n$1\r\nx\r\n~2\r\n#t\r\n,1.5\r\n"
+        );
+        assert_eq!(
+            write(Proto::Resp2),
+            "*4\r\n$7\r\nmodules\r\n*1\r\n*2\r\n$4\r\nname\r\n$3\r\nlua\r\n$1\r\nx\r\n*2\r\n:1\r\n$3\r\n1.5\r\n"
+        );
     }
 
     #[test]

@@ -57,6 +57,21 @@ pub struct Limits {
     pub max_bulk: u64,
     /// Largest element count.
     pub max_multibulk: u64,
+    /// How quotes in inline commands end (the server's rule).
+    pub inline_quotes: InlineQuotes,
+}
+
+/// Where a quoted part of an inline command ends: the servers differ, and
+/// sidecache splits inline commands as the server it fronts does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InlineQuotes {
+    /// Redis, and Valkey before 9: a closing quote must be followed by a
+    /// space or the end of the line (`"a b"c` is a protocol error).
+    #[default]
+    Strict,
+    /// Valkey 9: text right after a closing quote continues the argument,
+    /// as in a shell (`"a b"c` is `a bc`; only a space ends an argument).
+    Joined,
 }
 
 /// One parsed request: the RESP encoding to forward upstream and its
@@ -122,7 +137,7 @@ impl Parser {
             let r = if self.remaining > 0 || buf[0] == b'*' {
                 self.multibulk(buf, out)?
             } else {
-                inline(buf, out)?
+                inline(buf, out, self.limits.inline_quotes)?
             };
             match r {
                 Step::Done => return Ok(Some(())),
@@ -216,7 +231,11 @@ fn find_cr(buf: &[u8], from: usize) -> Option<usize> {
     (i + 1 < buf.len()).then_some(i)
 }
 
-fn inline(buf: &mut BytesMut, out: &mut Request) -> Result<Step, ProtocolError> {
+fn inline(
+    buf: &mut BytesMut,
+    out: &mut Request,
+    quotes: InlineQuotes,
+) -> Result<Step, ProtocolError> {
     let Some(nl) = memchr::memchr(b'\n', buf) else {
         if buf.len() > INLINE_MAX {
             return Err(ProtocolError::TooBigInline);
@@ -228,7 +247,7 @@ fn inline(buf: &mut BytesMut, out: &mut Request) -> Result<Step, ProtocolError> 
     if text.last() == Some(&b'\r') {
         text = &text[..text.len() - 1];
     }
-    let args = split_args(text).ok_or(ProtocolError::UnbalancedQuotes)?;
+    let args = split_args_with(text, quotes).ok_or(ProtocolError::UnbalancedQuotes)?;
     if args.is_empty() {
         return Ok(Step::Empty);
     }
@@ -254,6 +273,12 @@ fn inline(buf: &mut BytesMut, out: &mut Request) -> Result<Step, ProtocolError> 
 /// arguments; `"…"` allows `\n \r \t \b \a \\ \"` and `\xHH`; `'…'` allows
 /// `\'`; a closing quote must be followed by a space or the end.
 pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    split_args_with(line, InlineQuotes::Strict)
+}
+
+/// [`split_args`] with the given rule for what may follow a closing quote.
+pub fn split_args_with(line: &[u8], quotes: InlineQuotes) -> Option<Vec<Vec<u8>>> {
+    let joined = quotes == InlineQuotes::Joined;
     let mut args = Vec::new();
     let mut i = 0;
     let n = line.len();
@@ -292,11 +317,15 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                         c => c,
                     });
                 } else if line[i] == b'"' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
-                        return None;
+                    if joined {
+                        inq = false;
+                    } else {
+                        if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                            return None;
+                        }
+                        i += 1;
+                        break;
                     }
-                    i += 1;
-                    break;
                 } else {
                     cur.push(line[i]);
                 }
@@ -308,11 +337,15 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                     i += 1;
                     cur.push(b'\'');
                 } else if line[i] == b'\'' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
-                        return None;
+                    if joined {
+                        insq = false;
+                    } else {
+                        if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                            return None;
+                        }
+                        i += 1;
+                        break;
                     }
-                    i += 1;
-                    break;
                 } else {
                     cur.push(line[i]);
                 }

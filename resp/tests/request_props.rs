@@ -7,11 +7,12 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use sidecache_resp::encode::encode_command;
-use sidecache_resp::request::{Limits, Parser, Request};
+use sidecache_resp::request::{InlineQuotes, Limits, Parser, Request};
 
 const LIMITS: Limits = Limits {
     max_bulk: 512 * 1024 * 1024,
     max_multibulk: i32::MAX as u64,
+    inline_quotes: InlineQuotes::Strict,
 };
 
 /// How one command is written on the wire.

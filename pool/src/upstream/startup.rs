@@ -17,18 +17,19 @@ use crate::conn::mux::Replies;
 use crate::error::{Error, Result};
 
 /// The first seed that answers, in order, with its replies to `INFO
-/// server`, `INFO cluster` and `CONFIG GET databases`; otherwise the last
-/// seed's error.
+/// server`, `INFO cluster`, `CONFIG GET databases` and `HELLO 3` (last: it
+/// turns the probe's connection to RESP3); otherwise the last seed's error.
 pub(super) async fn probe_seeds(
     connector: &Connector,
     cfg: &UpstreamConfig,
 ) -> Result<(NodeAddr, Replies)> {
     let mut last_err = None;
     for seed in &cfg.seeds {
-        let cmds: [&[&[u8]]; 3] = [
+        let cmds: [&[&[u8]]; 4] = [
             &[b"INFO", b"server"],
             &[b"INFO", b"cluster"],
             &[b"CONFIG", b"GET", b"databases"],
+            &[b"HELLO", b"3"],
         ];
         match connector
             .oneshot(&seed.addr, Session::default(), &cmds)
@@ -42,7 +43,8 @@ pub(super) async fn probe_seeds(
 }
 
 /// What the seed's replies say: its version, whether it is a cluster
-/// (checked against `--mode`), and the databases a client may SELECT.
+/// (checked against `--mode`), the databases a client may SELECT, and its
+/// HELLO fields.
 pub(super) fn server_info(
     cfg: &UpstreamConfig,
     seed_addr: &NodeAddr,
@@ -83,7 +85,20 @@ pub(super) fn server_info(
         version,
         databases,
         cluster,
+        hello: replies.get(3).map(hello_fields).unwrap_or_default(),
     })
+}
+
+/// The field/value pairs of a `HELLO 3` reply; none for an error or
+/// anything but a map.
+fn hello_fields(reply: &bytes::Bytes) -> Vec<(bytes::Bytes, Value)> {
+    match Value::decode(reply) {
+        Ok(Value::Map(kv)) => kv
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.as_bytes()?.clone(), v)))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The tracking mode in force: `--tracking`'s, except optin on a server
@@ -232,7 +247,22 @@ mod tests {
             version: version.into(),
             databases: 16,
             cluster: false,
+            hello: Vec::new(),
         }
+    }
+
+    #[test]
+    fn hello_fields_keep_the_servers_order_and_values() {
+        let valkey = bytes::Bytes::from_static(
+            b"%3\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n$7\r\nmodules\r\n*1\r\n%1\r\n$4\r\nname\r\n$3\r\nlua\r\n",
+        );
+        let got = hello_fields(&valkey);
+        let keys: Vec<&[u8]> = got.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(keys, [&b"server"[..], b"version", b"modules"]);
+        assert_eq!(got[0].1, Value::Bulk(bytes::Bytes::from_static(b"valkey")));
+        // Redis 5 and older: no HELLO.
+        let old = bytes::Bytes::from_static(b"-ERR unknown command 'HELLO'\r\n");
+        assert!(hello_fields(&old).is_empty());
     }
 
     #[test]

@@ -217,21 +217,52 @@ fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesM
     st.entry.resp = if proto == Proto::Resp3 { 3 } else { 2 };
     publish(st, shared);
     let mut r = Reply { out, proto };
-    r.map(7);
-    r.bulk(b"server");
-    r.bulk(b"redis");
-    r.bulk(b"version");
-    r.bulk(shared.upstream.server_info().version.as_bytes());
+    let info = shared.upstream.server_info();
+    if info.hello.is_empty() {
+        // A seed without HELLO (Redis before 6): Redis's fields.
+        r.map(7);
+        r.bulk(b"server");
+        r.bulk(b"redis");
+        r.bulk(b"version");
+        r.bulk(info.version.as_bytes());
+        hello_own_fields(&mut r, st.id, proto);
+        r.bulk(b"modules");
+        r.array(0);
+        return;
+    }
+    // The upstream's own fields in its order (`server` and `version` as
+    // the engine names itself, e.g. `valkey` `9.1.2`; its modules;
+    // Valkey's `availability_zone`), with the connection's own fields in
+    // the place of the upstream's.
+    let own = |f: &[u8]| matches!(f, b"proto" | b"id" | b"mode" | b"role");
+    let theirs = info.hello.iter().filter(|(f, _)| !own(f)).count();
+    r.map(theirs + 4);
+    let mut own_written = false;
+    for (field, value) in &info.hello {
+        if !own(field) {
+            r.bulk(field);
+            r.value(value);
+        } else if !own_written {
+            hello_own_fields(&mut r, st.id, proto);
+            own_written = true;
+        }
+    }
+    if !own_written {
+        hello_own_fields(&mut r, st.id, proto);
+    }
+}
+
+/// HELLO's `proto`, `id`, `mode` and `role`: this connection's, and
+/// sidecache shows itself as a standalone master whatever it fronts.
+fn hello_own_fields(r: &mut Reply<'_>, id: u64, proto: Proto) {
     r.bulk(b"proto");
     r.int(if proto == Proto::Resp3 { 3 } else { 2 });
     r.bulk(b"id");
-    r.int(st.id as i64);
+    r.int(id as i64);
     r.bulk(b"mode");
     r.bulk(b"standalone");
     r.bulk(b"role");
     r.bulk(b"master");
-    r.bulk(b"modules");
-    r.array(0);
 }
 
 fn valid_name(n: &[u8]) -> bool {

@@ -345,6 +345,7 @@ mod tests {
         let mut parser = sidecache_resp::request::Parser::new(sidecache_resp::request::Limits {
             max_bulk: 1 << 20,
             max_multibulk: 1024,
+            inline_quotes: sidecache_resp::request::InlineQuotes::Strict,
         });
         let mut req = sidecache_resp::request::Request::default();
         let mut buf = BytesMut::from(wire);

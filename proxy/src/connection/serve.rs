@@ -31,6 +31,7 @@ pub async fn serve<S>(
     let limits = Limits {
         max_bulk: shared.config.proto_max_bulk_len,
         max_multibulk: shared.config.max_multibulk_len,
+        inline_quotes: inline_quotes(shared.upstream.server_info()),
     };
     let query_limit = shared.config.client_query_buffer_limit as usize;
     let mut client = Client::new(Arc::clone(&shared), addr, laddr);
@@ -211,4 +212,56 @@ pub(super) async fn write_out<S: AsyncWrite + Unpin>(
         }
     }
     Ok(())
+}
+
+/// How the upstream splits inline commands, which sidecache parses itself:
+/// Valkey 9 lets text follow a closing quote (`"a b"c`), Redis and older
+/// Valkey answer a protocol error.
+fn inline_quotes(info: &sidecache_pool::ServerInfo) -> InlineQuotes {
+    let major = |v: &str| v.split('.').next()?.parse::<u32>().ok();
+    match (info.hello_text("server"), info.hello_text("version")) {
+        (Some("valkey"), Some(v)) if major(v).is_some_and(|m| m >= 9) => InlineQuotes::Joined,
+        _ => InlineQuotes::Strict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_quotes_follow_the_upstream_engine() {
+        let info = |server: &str, version: &str| sidecache_pool::ServerInfo {
+            version: "7.2.4".into(),
+            databases: 16,
+            cluster: false,
+            hello: [("server", server), ("version", version)]
+                .iter()
+                .map(|(f, v)| {
+                    (
+                        Bytes::from(f.to_string()),
+                        sidecache_resp::frame::Value::Bulk(Bytes::from(v.to_string())),
+                    )
+                })
+                .collect(),
+        };
+        assert_eq!(
+            inline_quotes(&info("redis", "7.0.15")),
+            InlineQuotes::Strict
+        );
+        assert_eq!(
+            inline_quotes(&info("valkey", "8.0.1")),
+            InlineQuotes::Strict
+        );
+        assert_eq!(
+            inline_quotes(&info("valkey", "9.1.2")),
+            InlineQuotes::Joined
+        );
+        assert_eq!(
+            inline_quotes(&info("valkey", "10.0.0")),
+            InlineQuotes::Joined
+        );
+        // Valkey with extended-redis-compatibility says redis 7.2.4.
+        assert_eq!(inline_quotes(&info("redis", "7.2.4")), InlineQuotes::Strict);
+    }
 }

@@ -118,6 +118,22 @@ impl Cluster {
         }
     }
 
+    /// Moves `slot` (holding no keys) to node `dst` without a command to
+    /// node `src`, its owner: `IMPORTING` and `NODE` on `dst` (which bumps
+    /// `dst`'s config epoch), `NODE` on the other nodes; `src` learns the
+    /// new owner from the cluster bus.
+    pub fn move_slot_leaving_out(&self, slot: u16, src: usize, dst: usize) {
+        let slot = slot.to_string();
+        let (src_id, dst_id) = (self.node_id(src), self.node_id(dst));
+        let importing = ["cluster", "setslot", &slot, "importing", &src_id];
+        assert_eq!(cli(self.nodes[dst].port, &importing), "OK");
+        let others = (0..self.nodes.len()).filter(|&i| i != dst && i != src);
+        for i in std::iter::once(dst).chain(others) {
+            let node = ["cluster", "setslot", &slot, "node", &dst_id];
+            assert_eq!(cli(self.nodes[i].port, &node), "OK");
+        }
+    }
+
     /// The node (index) serving `key` (the one that does not answer MOVED).
     pub fn node_for(&self, key: &str) -> usize {
         for (i, n) in self.nodes.iter().enumerate() {

@@ -4,6 +4,7 @@ fn limits() -> Limits {
     Limits {
         max_bulk: 512 * 1024 * 1024,
         max_multibulk: 1024 * 1024,
+        inline_quotes: InlineQuotes::Strict,
     }
 }
 
@@ -123,6 +124,7 @@ fn bogus_lengths_do_not_allocate() {
     let mut p = Parser::new(Limits {
         max_bulk: 1024 * 1024,
         max_multibulk: 100,
+        inline_quotes: InlineQuotes::Strict,
     });
     let mut buf = BytesMut::from(&b"*101\r\n"[..]);
     assert_eq!(
@@ -138,5 +140,18 @@ fn inline_quoting() {
         Some(vec![b"a".to_vec(), b"b c".to_vec(), b"dA\n".to_vec()])
     );
     assert_eq!(split_args(b"   "), Some(vec![]));
+    // Valkey 9: a closing quote does not end the argument, a space does.
+    let joined = |l: &[u8]| split_args_with(l, InlineQuotes::Joined);
+    let strs = |v: &[&str]| Some(v.iter().map(|s| s.as_bytes().to_vec()).collect());
+    assert_eq!(split_args(b"set \"a b\"c"), None);
+    assert_eq!(joined(b"set \"a b\"c v"), strs(&["set", "a bc", "v"]));
+    assert_eq!(joined(b"\"a\"'b'c \"d\""), strs(&["abc", "d"]));
+    assert_eq!(
+        joined(b"'a\\'b'c \"\\x41\"B x\"\""),
+        strs(&["a'bc", "AB", "x"])
+    );
+    assert_eq!(joined(b"''''"), strs(&[""]));
+    assert_eq!(joined(b"\"a\"b\""), None);
+    assert_eq!(joined(b"\"ab"), None);
     assert_eq!(split_args(b"'it\\'s'"), Some(vec![b"it's".to_vec()]));
 }
