@@ -21,6 +21,7 @@
 //! keys with the same hash; a collision only discards a fill, never keeps a
 //! stale one.
 
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,6 +201,8 @@ pub struct L1 {
     cfg: L1Config,
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
+    /// Spreads keys over the epoch buckets.
+    spread: foldhash::fast::RandomState,
     stats: Arc<Stats>,
     /// Bit `d` set: database `d` (bit 63: some database ≥ 63) ever held an
     /// entry. Invalidations that name no database visit only these.
@@ -237,6 +240,7 @@ impl L1 {
             cfg,
             cache,
             epochs,
+            spread: foldhash::fast::RandomState::default(),
             stats,
             used_dbs: AtomicU64::new(0),
             max_db: AtomicU32::new(0),
@@ -253,14 +257,11 @@ impl L1 {
         self.cache.is_some()
     }
 
-    fn bucket(db: u16, key: &[u8]) -> usize {
-        // FNV-1a: cheap and good enough to spread keys over buckets.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(db);
-        for &b in key {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        (h as usize) & (BUCKETS - 1)
+    fn bucket(&self, db: u16, key: &[u8]) -> usize {
+        // foldhash, seeded per process: FNV-1a (a multiply per byte) cost
+        // a 20-byte key ~100 instructions, twice per forwarded write
+        // (callgrind); this reads 8 bytes at a time.
+        (self.spread.hash_one(KeyRef { db, key }) as usize) & (BUCKETS - 1)
     }
 
     /// Looks a key up. Counts a hit or a miss.
@@ -300,7 +301,7 @@ impl L1 {
         // Before the epoch is read: an invalidation naming no database
         // that is applied after this fill began must visit `db`.
         self.mark_used(db);
-        let bucket = Self::bucket(db, key);
+        let bucket = self.bucket(db, key);
         FillTicket {
             bucket,
             epoch: self.epochs[bucket].load(Ordering::Acquire),
@@ -381,7 +382,7 @@ impl L1 {
             return false;
         };
         self.mark_used(db);
-        self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
+        self.epochs[self.bucket(db, key)].fetch_add(1, Ordering::AcqRel);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
@@ -472,7 +473,7 @@ impl L1 {
     /// Drops a key (a write through the proxy touched it).
     pub fn invalidate(&self, db: u16, key: &Bytes) {
         let Some(cache) = &self.cache else { return };
-        self.epochs[Self::bucket(db, key)].fetch_add(1, Ordering::AcqRel);
+        self.epochs[self.bucket(db, key)].fetch_add(1, Ordering::AcqRel);
         cache.remove(&KeyRef { db, key });
         Stats::add(&self.stats.invalidations, 1);
     }

@@ -84,9 +84,12 @@ struct Part {
 
 /// What a write makes the L1 drop, at dispatch and again when upstream
 /// acknowledged it (so no fill that raced the write survives it).
+///
+/// One key is held inline: a one-key write (INCR, DEL k, a forwarded SET)
+/// allocates nothing for it.
 #[derive(Debug)]
 enum Inval {
-    Keys(Vec<Bytes>),
+    Keys(smallvec::SmallVec<[Bytes; 1]>),
     All,
 }
 

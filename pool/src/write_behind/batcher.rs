@@ -168,7 +168,7 @@ impl<U: Dispatch> Batcher<U> {
                         tokio::task::yield_now().await;
                     }
                 }
-                self.take_queued(&mut batch, max);
+                self.take_queued(&mut batch, max).await;
                 out.push_back(self.submit(batch).await);
                 continue;
             }
@@ -177,7 +177,7 @@ impl<U: Dispatch> Batcher<U> {
             if out.len() < depth && self.rx.len() >= max {
                 wb.stats.ahead.fetch_add(1, Ordering::Relaxed);
                 let mut batch = spare.pop().unwrap_or_else(|| Vec::with_capacity(max));
-                self.take_queued(&mut batch, max);
+                self.take_queued(&mut batch, max).await;
                 out.push_back(self.submit(batch).await);
                 continue;
             }
@@ -224,13 +224,16 @@ impl<U: Dispatch> Batcher<U> {
         }
     }
 
-    /// Adds writes already queued to `batch`, up to `max`.
-    fn take_queued(&mut self, batch: &mut Vec<Queued>, max: usize) {
-        while batch.len() < max {
-            match self.rx.try_recv() {
-                Ok(q) => batch.push(q),
-                Err(_) => break,
-            }
+    /// Adds writes already queued to `batch`, up to `max`. In one
+    /// `recv_many`, which gives the channel its room back in one release
+    /// (a `try_recv` each took the channel semaphore's lock per write:
+    /// about 100 instructions of every write, callgrind). It does not wait
+    /// for writes: the queue has one receiver, so what `is_empty` saw is
+    /// still there (only the task budget may make it yield first).
+    async fn take_queued(&mut self, batch: &mut Vec<Queued>, max: usize) {
+        let room = max.saturating_sub(batch.len());
+        if room > 0 && !self.rx.is_empty() {
+            self.rx.recv_many(batch, room).await;
         }
     }
 

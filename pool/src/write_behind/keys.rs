@@ -3,18 +3,79 @@
 //! after it, and a bulk's two trailing bytes are skipped unread, so a
 //! command queued as the client sent it reads back the same keys Redis
 //! applies it to.
+//!
+//! Under optin tracking every landed write is read back here (its key
+//! leaves the L1), so the usual shape, a SET framed as clients send it and
+//! as we encode it, is read without the general walk (callgrind: about 380
+//! instructions per write went to the iterator adapters and the header
+//! parses before, about 60 after).
 
 /// The keys of an encoded `SET key …` or `MSET k v k v …`, as slices of
 /// it; none for anything else.
-pub(super) fn keys_of(cmd: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(super) fn keys_of(cmd: &[u8]) -> Keys<'_> {
+    if let Some(key) = set_key(cmd) {
+        return Keys {
+            one: Some(key),
+            pairs: Args::EMPTY,
+        };
+    }
     let mut args = Args::new(cmd);
     let mset = args
         .next()
         .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
-    // SET's one key: taken, not stepped past (stepping would parse the
-    // rest of the command for nothing).
-    args.step_by(if mset { 2 } else { 1 })
-        .take(if mset { usize::MAX } else { 1 })
+    if mset {
+        Keys {
+            one: None,
+            pairs: args,
+        }
+    } else {
+        // SET's one key: taken, not stepped past (stepping would parse the
+        // rest of the command for nothing).
+        Keys {
+            one: args.next(),
+            pairs: Args::EMPTY,
+        }
+    }
+}
+
+/// A command's keys: SET's one, or MSET's every other argument.
+pub(super) struct Keys<'a> {
+    one: Option<&'a [u8]>,
+    /// MSET's (key, value) arguments after the name.
+    pairs: Args<'a>,
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if let Some(k) = self.one.take() {
+            return Some(k);
+        }
+        let key = self.pairs.next()?;
+        // The value (a last key without one is still a key).
+        let _ = self.pairs.next();
+        Some(key)
+    }
+}
+
+/// SET's key when the command starts `*N\r\n$3\r\nSET\r\n` (N a digit from
+/// 3: what we encode and what clients send); `None` for anything else,
+/// which the general walk reads. For these it finds what the walk finds:
+/// the same header parse, the same check that the bulk's two trailing
+/// bytes are there.
+fn set_key(cmd: &[u8]) -> Option<&[u8]> {
+    let [b'*', b'3'..=b'9', b'\r', b'\n', b'$', b'3', b'\r', b'\n', s, e, t, b'\r', b'\n', rest @ ..] =
+        cmd
+    else {
+        return None;
+    };
+    if ![*s, *e, *t].eq_ignore_ascii_case(b"SET") {
+        return None;
+    }
+    let (len, at) = header(rest, b'$')?;
+    rest.get(at + len + 2..)?;
+    rest.get(at..at + len)
 }
 
 /// The bulk arguments of one encoded command (`*N` then `$len` bulks).
@@ -24,13 +85,15 @@ struct Args<'a> {
 }
 
 impl<'a> Args<'a> {
+    const EMPTY: Args<'static> = Args { rest: &[], left: 0 };
+
     fn new(cmd: &'a [u8]) -> Args<'a> {
         match header(cmd, b'*') {
             Some((n, at)) => Args {
                 rest: &cmd[at..],
                 left: n,
             },
-            None => Args { rest: &[], left: 0 },
+            None => Args::EMPTY,
         }
     }
 }
@@ -59,4 +122,64 @@ fn header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
     let end = sidecache_resp::find::byte(b'\r', buf)?;
     let n = sidecache_resp::int::parse_i64(buf.get(1..end)?)?;
     Some((usize::try_from(n).ok()?, end + 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The general walk alone (what `keys_of` did before its SET path).
+    fn walked(cmd: &[u8]) -> Vec<&[u8]> {
+        let mut args = Args::new(cmd);
+        let mset = args
+            .next()
+            .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
+        args.step_by(if mset { 2 } else { 1 })
+            .take(if mset { usize::MAX } else { 1 })
+            .collect()
+    }
+
+    #[test]
+    fn the_set_path_reads_what_the_walk_reads() {
+        for cmd in [
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n".as_slice(),
+            b"*3\r\n$3\r\nset\r\n$16\r\nkey:000000000123\r\n$2\r\nvv\r\n",
+            b"*5\r\n$3\r\nSET\r\n$0\r\n\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$3\r\n123\r\n",
+            b"*3\r\n$3\r\nSeT\r\n$1\r\nk\r\n$2\r\nvvXY",
+            // Truncated: no key (both ways).
+            b"*3\r\n$3\r\nSET\r\n$5\r\nab",
+            b"*3\r\n$3\r\nSET\r\n$2\r\nab",
+        ] {
+            assert_eq!(keys_of(cmd).collect::<Vec<_>>(), walked(cmd), "{cmd:?}");
+        }
+        assert_eq!(
+            set_key(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"),
+            Some(b"k".as_slice())
+        );
+        // Odd framing and other commands take the walk.
+        assert_eq!(set_key(b"*3\r\n$3\rXset\r\n$1\r\nk\r\n$2\r\nvv\r\n"), None);
+        assert_eq!(set_key(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), None);
+        assert_eq!(set_key(b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn keys_of_agrees_with_the_walk(
+            name in prop_oneof![Just("SET"), Just("set"), Just("MSET"), Just("mset"), Just("GET")],
+            args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 0..7),
+            cut in 0usize..200,
+        ) {
+            let mut cmd = Vec::new();
+            let parts: Vec<&[u8]> = std::iter::once(name.as_bytes()).chain(args.iter().map(Vec::as_slice)).collect();
+            cmd.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
+            for p in &parts {
+                cmd.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
+                cmd.extend_from_slice(p);
+                cmd.extend_from_slice(b"\r\n");
+            }
+            let cmd = &cmd[..cmd.len().saturating_sub(cut % 8)];
+            prop_assert_eq!(keys_of(cmd).collect::<Vec<_>>(), walked(cmd));
+        }
+    }
 }

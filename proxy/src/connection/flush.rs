@@ -210,8 +210,9 @@ impl Client {
     }
 
     /// Writes the reply of an entry that needs no waiting (a local reply,
-    /// an L1 hit, a fetch already answered, an MGET): `Ok(failed)`, or the
-    /// entry back for [`Client::reply`].
+    /// an L1 hit, a fetch already answered, an MGET, a forwarded command
+    /// whose reply is no redirect to follow, an invalidation with no peer
+    /// to tell): `Ok(failed)`, or the entry back for [`Client::reply`].
     #[inline]
     fn reply_ready(&mut self, p: Pending, proto: Proto) -> Result<bool, Pending> {
         match p {
@@ -219,9 +220,37 @@ impl Client {
             Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
             Pending::Fetch(f) => write_fetched(&mut self.wbuf, proto, f.result.as_ref()),
             Pending::Mget(items) => return Ok(self.reply_mget(items, proto)),
+            // What `reply_of` does when there is nothing to follow (and a
+            // result that failed is answered as there).
+            Pending::Up { node, idx, .. } if !self.may_follow(node, idx) => {
+                match self.take_frame(node, idx) {
+                    Ok(f) => self.wbuf.put_slice(&f),
+                    Err(e) => {
+                        e.write_reply(&mut self.wbuf);
+                        return Ok(true);
+                    }
+                }
+            }
+            Pending::Invalidate(inval) if self.shared.upstream.peer().is_none() => {
+                self.apply(&inval);
+            }
             other => return Err(other),
         }
         Ok(false)
+    }
+
+    /// Whether the reply at (`node`, `idx`) on the client's connections may
+    /// be a redirect [`Client::reply_of`] follows: an error reply, on a
+    /// cluster.
+    fn may_follow(&self, node: u32, idx: u32) -> bool {
+        self.topo.is_cluster()
+            && self
+                .builders
+                .get(node as usize)
+                .and_then(|b| b.result.as_ref())
+                .and_then(|r| r.as_ref().ok())
+                .and_then(|frames| frames.get(idx as usize))
+                .is_some_and(|f| frame::error_text(f).is_some())
     }
 
     /// Writes one pending entry's reply to `wbuf`, waiting for what it

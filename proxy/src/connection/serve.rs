@@ -133,13 +133,16 @@ pub async fn serve<S>(
             break;
         }
         let want = parser.wanted().map_or(0, |w| w.saturating_sub(rbuf.len()));
+        // The last request's arguments share the read buffer's allocation.
+        // The batch is answered (its pending entries, which held parts of
+        // it too, are gone): once these go, `reserve` can usually reuse the
+        // allocation instead of taking another (callgrind: a 16 KB malloc
+        // and free per batch of forwarded commands).
+        req.raw = Bytes::new();
+        req.args.clear();
         // A subscriber mostly waits: it keeps small buffers.
         let least = if client.subs.is_some() {
             if rbuf.is_empty() && rbuf.capacity() > 4 * 1024 {
-                // The last request's arguments share the read buffer's
-                // allocation: both go.
-                req.raw = Bytes::new();
-                req.args.clear();
                 rbuf = BytesMut::new();
             }
             if client.scratch.capacity() > 256 && client.scratch.is_empty() {

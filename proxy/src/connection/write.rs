@@ -10,13 +10,36 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use sidecache_pool::write_behind::journal::{Fsync, JournalError};
+use sidecache_pool::write_behind::{Reservation, WriteBehind};
 use sidecache_pool::{Slot, Write};
 
 use super::Client;
 use crate::cmd::write::{self, Expiry, WritePlan};
+use crate::server::state::Shared;
 
 /// Pairs bound for one node and slot: (node index, slot, (key, value) indexes).
 type Group = (usize, Option<Slot>, write::Pairs);
+
+/// What became of a group's command ([`Client::queue`]).
+enum Outcome {
+    /// Queued, with its journal sequence number (0: not journalled).
+    Queued(u64),
+    /// Not queued: the error is answered and its keys left the L1.
+    Answered,
+    /// Its node is gone from the topology: the command is forwarded
+    /// instead.
+    NoNode,
+}
+
+/// One group's command to queue: its node, slot, pairs and the room they
+/// reserved (`need`, their [`write::encoded_bound`]).
+struct Queue<'a, 'w> {
+    node: usize,
+    slot: Option<Slot>,
+    pairs: &'a [(usize, usize)],
+    need: usize,
+    permit: Reservation<'w>,
+}
 
 impl Client {
     /// Takes the write-behind path for `args` (the request `raw`) if the
@@ -36,8 +59,10 @@ impl Client {
         let Some(plan) = write::plan(name, args, now_ms) else {
             return false;
         };
+        if let [pair] = plan.pairs[..] {
+            return self.write_one(&plan, args, raw, now_ms, pair).await;
+        }
         // Group the pairs by slot (cluster) — one upstream command each.
-        // Inline for one slot (every SET): no allocation per write.
         let mut groups: smallvec::SmallVec<[Group; 1]> = smallvec::SmallVec::new();
         for &(k, v) in &plan.pairs {
             let (node, slot) = match self.route_key(&args[k]) {
@@ -49,111 +74,49 @@ impl Client {
                 None => groups.push((node, slot, smallvec::smallvec![(k, v)])),
             }
         }
-        // A slot that moved since its last queued write: wait until the old
-        // owner's queue has applied it (bounded), so a key's writes stay in order.
-        for (node, slot, _) in &groups {
-            let (Some(slot), Some(n)) = (slot, self.topo.nodes().get(*node)) else {
-                continue;
-            };
-            let moved = self.shared.upstream.wait_reroute(*slot, n, self.st.db);
-            if let Err(e) = moved.await {
-                let msg = format!("ERR {e}");
+        for &(node, slot, _) in &groups {
+            if let Err(msg) = self.keep_slot_order(node, slot).await {
                 self.local_reply(|r| r.error(&msg));
                 return true;
             }
         }
-        // Nothing already bound for these nodes may be overtaken.
-        if groups.iter().any(|g| {
-            self.builders.get(g.0).is_some_and(|b| b.count > 0)
-                || self
-                    .fills
-                    .iter()
-                    .skip(g.0 * self.fill_lanes)
-                    .take(self.fill_lanes)
-                    .any(|b| b.count > 0)
-        }) {
+        if groups.iter().any(|g| self.bound_for(g.0)) {
             self.flush().await;
         }
         let shared = std::sync::Arc::clone(&self.shared);
         let wb = shared.upstream.write_behind();
         let mut permits: smallvec::SmallVec<[_; 1]> = smallvec::SmallVec::new();
-        // After one write waited the full timeout and was refused, this
-        // client's writes do not wait again for as long (see `refusing`).
-        let wait = match self.refusing {
-            Some(until) if std::time::Instant::now() < until => std::time::Duration::ZERO,
-            _ => wb.config().queue_timeout,
-        };
+        let wait = self.room_wait(wb);
         for (_, _, pairs) in &groups {
             // Sized once: the room taken, and the encoding's buffer.
             let need = write::encoded_bound(args, pairs);
             match wb.reserve_within(wait, need).await {
                 Ok(p) => permits.push((p, need)),
-                // Larger than the whole queue: sent through instead, after
-                // the writes queued before it (as any forwarded command).
-                Err(sidecache_pool::Error::TooLargeToQueue { .. }) => return false,
-                Err(e) => {
-                    if !wait.is_zero() {
-                        self.refusing = Some(std::time::Instant::now() + wait);
-                    }
-                    let msg = format!("ERR {e}");
-                    self.local_reply(|r| r.error(&msg));
-                    return true;
-                }
+                Err(e) => return self.no_room(wait, &e),
             }
         }
         let now = self.cache_written(&plan, args, now_ms);
-        // A node whose invalidation channel is down: its keys are not
-        // cached. Checked after the insert, as a fill checks after reading
-        // its epoch (see `sidecache_pool::coherence::tracking`).
-        if !groups
-            .iter()
-            .all(|g| self.topo.nodes().get(g.0).is_some_and(|n| n.coherent()))
-        {
+        if !groups.iter().all(|g| self.coherent(g.0)) {
             for &(k, _) in &plan.pairs {
                 self.shared.invalidate(self.st.db, &args[k]);
             }
         }
-        let db = self.st.db;
         let mut journalled = 0;
         for ((node, slot, pairs), (permit, need)) in groups.into_iter().zip(permits) {
-            let cmd = write::encode(&plan, args, raw, &pairs, need, &mut self.write_buf);
-            let Some(n) = self.topo.nodes().get(node).cloned() else {
-                return false;
+            let group = Queue {
+                node,
+                slot,
+                pairs: &pairs,
+                need,
+                permit,
             };
-            match shared
-                .upstream
-                .queue_write(&n, Write { db, slot, cmd }, permit, now)
-            {
-                Ok(seq) => journalled = journalled.max(seq),
-                Err(e) => {
-                    for &(k, _) in &pairs {
-                        shared.invalidate(db, &args[k]);
-                    }
-                    // As Redis answers a write its AOF cannot take.
-                    let kind = match e {
-                        sidecache_pool::Error::Journal(_) => "MISCONF",
-                        _ => "ERR",
-                    };
-                    let msg = format!("{kind} {e}");
-                    self.local_reply(|r| r.error(&msg));
-                    return true;
-                }
+            match self.queue(&shared, &plan, args, raw, group, now) {
+                Outcome::Queued(seq) => journalled = journalled.max(seq),
+                Outcome::Answered => return true,
+                Outcome::NoNode => return false,
             }
         }
-        // `--write-journal-fsync always`: `+OK` once the record is synced
-        // (`Client::reply`). `everysec` and `no` acknowledge at once: the
-        // writer thread writes the record within moments, and a crash
-        // loses at most what it had not written yet (about a second at
-        // worst), the promise of those settings.
-        let synced = journalled > 0
-            && wb
-                .journal()
-                .is_some_and(|j| j.config().fsync == Fsync::Always);
-        if synced {
-            self.pending.push(super::Pending::Journalled(journalled));
-        } else {
-            self.local_reply(|r| r.ok());
-        }
+        self.acknowledge(wb, journalled);
         true
     }
 
@@ -165,6 +128,175 @@ impl Client {
         };
         let durable = self.durable.get_or_insert_with(|| j.durable());
         durable.wait(seq).await
+    }
+
+    /// Answers a queued write: `+OK` now, or with `--write-journal-fsync
+    /// always` once its journal record (sequence number `journalled`, 0
+    /// for none) is synced (`Client::reply`). `everysec` and `no`
+    /// acknowledge at once: the writer thread writes the record within
+    /// moments, and a crash loses at most what it had not written yet
+    /// (about a second at worst), the promise of those settings.
+    fn acknowledge(&mut self, wb: &WriteBehind, journalled: u64) {
+        let synced = journalled > 0
+            && wb
+                .journal()
+                .is_some_and(|j| j.config().fsync == Fsync::Always);
+        if synced {
+            self.pending.push(super::Pending::Journalled(journalled));
+        } else {
+            self.local_reply(|r| r.ok());
+        }
+    }
+
+    /// [`Client::write_behind`] for a plan of one pair (SET, SETEX,
+    /// PSETEX): the same steps for its one group, with nothing collected
+    /// (the groups and permits the general path gathers were about a
+    /// tenth of a SET's instructions).
+    async fn write_one(
+        &mut self,
+        plan: &WritePlan,
+        args: &[Bytes],
+        raw: &[u8],
+        now_ms: i64,
+        pair: (usize, usize),
+    ) -> bool {
+        let Ok((node, slot)) = self.route_key(&args[pair.0]) else {
+            return false;
+        };
+        if let Err(msg) = self.keep_slot_order(node, slot).await {
+            self.local_reply(|r| r.error(&msg));
+            return true;
+        }
+        if self.bound_for(node) {
+            self.flush().await;
+        }
+        let shared = std::sync::Arc::clone(&self.shared);
+        let wb = shared.upstream.write_behind();
+        let wait = self.room_wait(wb);
+        let pairs = [pair];
+        let need = write::encoded_bound(args, &pairs);
+        let permit = match wb.reserve_within(wait, need).await {
+            Ok(p) => p,
+            Err(e) => return self.no_room(wait, &e),
+        };
+        let now = self.cache_written(plan, args, now_ms);
+        if !self.coherent(node) {
+            self.shared.invalidate(self.st.db, &args[pair.0]);
+        }
+        let group = Queue {
+            node,
+            slot,
+            pairs: &pairs,
+            need,
+            permit,
+        };
+        match self.queue(&shared, plan, args, raw, group, now) {
+            Outcome::Queued(seq) => self.acknowledge(wb, seq),
+            Outcome::Answered => {}
+            Outcome::NoNode => return false,
+        }
+        true
+    }
+
+    /// A slot that moved since its last queued write: waits until the old
+    /// owner's queue has applied it (bounded), so a key's writes stay in
+    /// order. `Err`: the error to answer.
+    async fn keep_slot_order(&mut self, node: usize, slot: Option<Slot>) -> Result<(), String> {
+        let (Some(slot), Some(n)) = (slot, self.topo.nodes().get(node)) else {
+            return Ok(());
+        };
+        let moved = self.shared.upstream.wait_reroute(slot, n, self.st.db);
+        moved.await.map_err(|e| format!("ERR {e}"))
+    }
+
+    /// Whether commands of this batch are already bound for `node` (on the
+    /// client's builder or a fill lane): a write queued now must not
+    /// overtake them, so they are sent first.
+    fn bound_for(&self, node: usize) -> bool {
+        self.builders.get(node).is_some_and(|b| b.count > 0)
+            || self
+                .fills
+                .iter()
+                .skip(node * self.fill_lanes)
+                .take(self.fill_lanes)
+                .any(|b| b.count > 0)
+    }
+
+    /// How long a write waits for room. After one write waited the full
+    /// timeout and was refused, this client's writes do not wait again for
+    /// as long (see `refusing`).
+    fn room_wait(&self, wb: &WriteBehind) -> Duration {
+        match self.refusing {
+            Some(until) if Instant::now() < until => Duration::ZERO,
+            _ => wb.config().queue_timeout,
+        }
+    }
+
+    /// No room for a write: one larger than the whole queue is sent
+    /// through instead (`false`), after the writes queued before it (as any
+    /// forwarded command); otherwise the write is refused (`true`, replied).
+    fn no_room(&mut self, wait: Duration, e: &sidecache_pool::Error) -> bool {
+        if let sidecache_pool::Error::TooLargeToQueue { .. } = e {
+            return false;
+        }
+        if !wait.is_zero() {
+            self.refusing = Some(Instant::now() + wait);
+        }
+        let msg = format!("ERR {e}");
+        self.local_reply(|r| r.error(&msg));
+        true
+    }
+
+    /// Whether `node`'s invalidation channel is up. A node whose channel is
+    /// down: its keys are not cached. Checked after the insert, as a fill
+    /// checks after reading its epoch (see
+    /// `sidecache_pool::coherence::tracking`).
+    fn coherent(&self, node: usize) -> bool {
+        self.topo.nodes().get(node).is_some_and(|n| n.coherent())
+    }
+
+    /// Encodes one group's command and queues it with its permit.
+    fn queue(
+        &mut self,
+        shared: &Shared,
+        plan: &WritePlan,
+        args: &[Bytes],
+        raw: &[u8],
+        group: Queue<'_, '_>,
+        now: Instant,
+    ) -> Outcome {
+        let Queue {
+            node,
+            slot,
+            pairs,
+            need,
+            permit,
+        } = group;
+        let cmd = write::encode(plan, args, raw, pairs, need, &mut self.write_buf);
+        // The topology a flush before took in may have fewer nodes.
+        let Some(n) = self.topo.nodes().get(node) else {
+            return Outcome::NoNode;
+        };
+        let db = self.st.db;
+        match shared
+            .upstream
+            .queue_write(n, Write { db, slot, cmd }, permit, now)
+        {
+            Ok(seq) => Outcome::Queued(seq),
+            Err(e) => {
+                for &(k, _) in pairs {
+                    shared.invalidate(db, &args[k]);
+                }
+                // As Redis answers a write its AOF cannot take.
+                let kind = match e {
+                    sidecache_pool::Error::Journal(_) => "MISCONF",
+                    _ => "ERR",
+                };
+                let msg = format!("{kind} {e}");
+                self.local_reply(|r| r.error(&msg));
+                Outcome::Answered
+            }
+        }
     }
 
     /// The written values become what the L1 serves (or, for KEEPTTL, whose

@@ -15,7 +15,7 @@ fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> Co
         last,
         step,
         specs,
-        subcommands: HashMap::new(),
+        subcommands: Names::default(),
         handling: Handling::Forward,
         invalidation: super::handling::Invalidation::None,
         write_behind: false,
