@@ -14,15 +14,7 @@ pub fn encode_command<A: AsRef<[u8]>>(out: &mut BytesMut, args: &[A]) {
     }
 }
 
-/// Appends `<kind><n>\r\n`.
-pub fn put_header(out: &mut BytesMut, kind: u8, n: i64) {
-    let mut b = itoa::Buffer::new();
-    let s = b.format(n);
-    out.reserve(s.len() + 3);
-    out.put_u8(kind);
-    out.put_slice(s.as_bytes());
-    out.put_slice(b"\r\n");
-}
+pub use crate::header::put_header;
 
 /// Appends a bulk string.
 pub fn put_bulk(out: &mut BytesMut, data: &[u8]) {

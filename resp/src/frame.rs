@@ -9,7 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::encode::put_header;
+use crate::header::put_header;
 use crate::int::parse_i64;
 
 /// Deepest nesting [`Value::decode`] accepts; deeper replies are passed

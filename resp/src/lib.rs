@@ -10,6 +10,7 @@
 //!   allocation, resumable) and what it holds ([`frame::Value`]).
 //! - [`encode`]: writing RESP: commands, headers and bulks, and
 //!   [`encode::Reply`] for replies built locally in the client's protocol.
+//! - [`header`]: `<kind><n>\r\n` header lines, for both of the above.
 //! - [`find`]: where a line ends (a byte loop for short header lines).
 //! - [`int`]: the one integer parser, Redis's `string2ll`.
 //! - [`Proto`]: RESP2 or RESP3.
@@ -17,6 +18,7 @@
 pub mod encode;
 pub mod find;
 pub mod frame;
+pub mod header;
 pub mod int;
 pub mod request;
 
