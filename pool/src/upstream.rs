@@ -54,6 +54,19 @@ impl ServerInfo {
             .find(|(f, _)| f.as_ref() == field.as_bytes())
             .and_then(|(_, v)| std::str::from_utf8(v.as_bytes()?).ok())
     }
+
+    /// The engine, as its HELLO names it (`redis`, `valkey`); `redis`
+    /// when it has no HELLO.
+    pub fn engine(&self) -> &str {
+        self.hello_text("server").unwrap_or("redis")
+    }
+
+    /// The engine's own version (Valkey's, not the `redis_version` it
+    /// reports for compatibility, which [`ServerInfo::version`] keeps for
+    /// feature checks).
+    pub fn engine_version(&self) -> &str {
+        self.hello_text("version").unwrap_or(&self.version)
+    }
 }
 
 pub use crate::dispatch::Target;

@@ -76,7 +76,8 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
     tracing::info!(
         commands = table.len(),
         mode = if upstream.is_cluster() { "cluster" } else { "standalone" },
-        version = %upstream.server_info().version,
+        engine = upstream.server_info().engine(),
+        version = upstream.server_info().engine_version(),
         masters = ?masters,
         slots_uncovered = metrics::export::uncovered_slots(&topo),
         "upstream ready"

@@ -326,6 +326,14 @@ async fn hello_shows_the_upstreams_engine_version_and_modules() {
         )),
         "{engine} {version}: {text:?}"
     );
+    // INFO and the metrics name the same engine and version.
+    let info = String::from_utf8(raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await).unwrap();
+    assert!(
+        info.contains(&format!(
+            "\r\nupstream_engine:{engine}\r\nupstream_version:{version}\r\n"
+        )),
+        "{info}"
+    );
     proxy.stop().await;
 }
 

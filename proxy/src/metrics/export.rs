@@ -141,7 +141,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_tracking_channel_losses_total", C, &[], "Tracking connections lost (connection broken or heartbeat unanswered; under optin each master has --fill-connections of them); each loss clears that master's part of the L1."),
     fam("sidecache_tracking_registered_reads_total", C, &[], "Optin tracking: reads that fill the L1, sent after CLIENT CACHING YES on a master's tracking connection (each registers its key in Redis's tracking table for this sidecache)."),
     // Upstream.
-    fam("sidecache_upstream_info", G, &["mode", "version"], "Always 1; the upstream mode (standalone or cluster) and server version."),
+    fam("sidecache_upstream_info", G, &["mode", "engine", "version"], "Always 1; the upstream mode (standalone or cluster), engine (redis, valkey) and the engine's own version."),
     fam("sidecache_upstream_masters", G, &[], "Masters in the current topology."),
     fam("sidecache_cluster_slots_uncovered", G, &[], "Hash slots no master serves (cluster; readiness fails while above 0)."),
     fam("sidecache_topology_changes_total", C, &[], "Changes of the set of masters seen after start."),

@@ -420,7 +420,8 @@ fn upstream(s: &Shared, o: &mut Out) {
                     "standalone"
                 },
             ),
-            ("version", &info.version),
+            ("engine", info.engine()),
+            ("version", info.engine_version()),
         ],
         1.0,
     );
