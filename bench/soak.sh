@@ -45,7 +45,7 @@ SLOW_VALUE="${SLOW_VALUE:-cached}"
 case "$SLOW_VALUE" in
   # The value stays in the L1 the whole run (its reply size is known when
   # a GET is read), or is never cached (every GET forwarded; the size of a
-  # forwarded reply is only estimated, see the README's limits).
+  # forwarded reply is only estimated, see docs/commands.md's limits).
   cached) VALUE_ARGS=(--l1-ttl-cap 3600) ;;
   uncached) VALUE_ARGS=(--l1-exclude-prefix soak:big) ;;
   *) echo "SLOW_VALUE is cached or uncached" >&2; exit 1 ;;

@@ -340,7 +340,7 @@ fn secs(key: &'static str, v: Option<f64>, default: f64) -> Result<Duration, Con
 /// The default worker threads: one per CPU this process may use (cgroup
 /// quotas count), less one left to the application it runs beside, at
 /// least one. On 2 CPUs that is one thread, which measured faster at
-/// `-P 1` for GET hits and SET than two (`bench/ab.sh`, README).
+/// `-P 1` for GET hits and SET than two (`bench/ab.sh`, docs/configuration.md).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get().saturating_sub(1))

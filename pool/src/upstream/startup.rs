@@ -108,7 +108,7 @@ pub(super) fn tracking_mode(cfg: &UpstreamConfig, info: &ServerInfo) -> Tracking
     // Redis 6 sends a command's own invalidations before its reply rather
     // than after, and its tracking table differs; rather than run an
     // unproven mode, older servers get bcast, which Redis 6 serves as 7
-    // does (correct, dearer with many sidecaches: see the README).
+    // does (correct, dearer with many sidecaches: see docs/coherence.md).
     let major: u32 = info
         .version
         .split('.')
