@@ -378,10 +378,15 @@ async fn a_journal_that_cannot_be_written_refuses_writes_with_misconf() {
     // a directory, so the journal fails when it rotates.
     std::fs::create_dir_all(dir.join(format!("journal-{:020}.seg", 2))).unwrap();
     let mport = free_port(false);
+    // `always`: each write waits for the writer, so the refusal comes at
+    // the write whose record could not be written (with everysec it comes
+    // once the writer, which the write does not wait for, has failed).
     let proxy = start(
         &redis,
         &dir,
         &[
+            "--write-journal-fsync",
+            "always",
             "--write-queue-max-bytes",
             "64kb",
             "--metrics-listen",
