@@ -11,8 +11,8 @@
 //! **Cost.** A connection counts down to its next sample in a plain
 //! integer: an unsampled lookup costs a compare and a decrement, nothing
 //! shared. A sampled one locks the dimension's mutex and updates its sketch
-//! (one hash lookup; when the key is not tracked, a scan of the counts for
-//! the smallest, which the new key takes over). The gap to the next sample
+//! (one hash lookup and a short walk down a heap of the counts; a key not
+//! tracked takes over the smallest count, the heap's root). The gap to the next sample
 //! is drawn uniformly from `1..=2N-1` (mean `N`) by a per-connection
 //! xorshift, so a client that cycles through keys with a period that
 //! divides `N` is not sampled on the same key every time. Estimates are
@@ -74,15 +74,28 @@ impl Dimension {
 }
 
 /// A bounded space-saving sketch (Metwally et al.) over byte-string ids.
+///
+/// The counters form a binary min-heap (counts only grow, so a count
+/// moves down the heap), whose root is the counter a new id takes over:
+/// an update is O(log k), not a scan. Ids are found by their 64-bit hash
+/// (foldhash), checked against the stored bytes; two ids with the same
+/// hash (about one chance in 2^64 per pair) share the hash's index entry,
+/// the later one taking it, and the earlier one's counter is evicted in
+/// time. A replaced counter reuses its id's buffer: no allocation once
+/// every counter was used.
 #[derive(Debug)]
 pub struct SpaceSaving {
     capacity: usize,
-    /// Id → slot.
-    index: HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>,
-    /// Per slot: its id.
-    ids: Vec<Box<[u8]>>,
-    /// Per slot: its count (kept apart so the minimum scan is tight).
+    hasher: foldhash::fast::FixedState,
+    /// Hash of an id → its slot.
+    index: HashMap<u64, u32, foldhash::fast::FixedState>,
+    /// Per slot: its id, its hash, its count, its heap position.
+    ids: Vec<Vec<u8>>,
+    hashes: Vec<u64>,
     counts: Vec<u64>,
+    pos: Vec<u32>,
+    /// Slots as a min-heap by count.
+    heap: Vec<u32>,
 }
 
 impl SpaceSaving {
@@ -91,36 +104,96 @@ impl SpaceSaving {
         let capacity = capacity.max(1);
         SpaceSaving {
             capacity,
+            hasher: foldhash::fast::FixedState::with_seed(0x5ca1_ab1e),
             index: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             ids: Vec::with_capacity(capacity),
+            hashes: Vec::with_capacity(capacity),
             counts: Vec::with_capacity(capacity),
+            pos: Vec::with_capacity(capacity),
+            heap: Vec::with_capacity(capacity),
         }
     }
 
     /// Counts one occurrence of `id`.
     pub fn add(&mut self, id: &[u8]) {
-        if let Some(&slot) = self.index.get(id) {
-            self.counts[slot as usize] += 1;
-            return;
-        }
-        if self.ids.len() < self.capacity {
-            self.index.insert(id.into(), self.ids.len() as u32);
-            self.ids.push(id.into());
-            self.counts.push(1);
-            return;
-        }
-        // The smallest count's slot goes to the new id, which inherits
-        // that count (its possible overestimate) plus one.
-        let mut min = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            if c < self.counts[min] {
-                min = i;
+        use std::hash::BuildHasher as _;
+        let h = self.hasher.hash_one(id);
+        if let Some(&slot) = self.index.get(&h) {
+            let slot = slot as usize;
+            if self.ids[slot] == id {
+                self.counts[slot] += 1;
+                self.sift_down(self.pos[slot] as usize);
+                return;
             }
         }
-        let old = std::mem::replace(&mut self.ids[min], id.into());
-        self.index.remove(&old);
-        self.index.insert(id.into(), min as u32);
-        self.counts[min] += 1;
+        if self.ids.len() < self.capacity {
+            // A new counter: count 1 is the smallest there is, so it is
+            // the heap's root or on a level with other 1s; it goes last
+            // and moves up while its parent is larger.
+            let slot = self.ids.len();
+            self.ids.push(id.to_vec());
+            self.hashes.push(h);
+            self.counts.push(1);
+            self.pos.push(slot as u32);
+            self.heap.push(slot as u32);
+            self.index.insert(h, slot as u32);
+            self.sift_up(slot);
+            return;
+        }
+        // The smallest count's counter goes to the new id, which inherits
+        // that count (its possible overestimate) plus one.
+        let slot = self.heap[0] as usize;
+        if self.index.get(&self.hashes[slot]) == Some(&(slot as u32)) {
+            self.index.remove(&self.hashes[slot]);
+        }
+        self.index.insert(h, slot as u32);
+        self.hashes[slot] = h;
+        self.ids[slot].clear();
+        self.ids[slot].extend_from_slice(id);
+        self.counts[slot] += 1;
+        self.sift_down(0);
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos[self.heap[a] as usize] = a as u32;
+        self.pos[self.heap[b] as usize] = b as u32;
+    }
+
+    fn count_at(&self, i: usize) -> u64 {
+        self.counts[self.heap[i] as usize]
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        loop {
+            let l = 2 * i + 1;
+            if l >= n {
+                return;
+            }
+            let r = l + 1;
+            let c = if r < n && self.count_at(r) < self.count_at(l) {
+                r
+            } else {
+                l
+            };
+            if self.count_at(c) >= self.count_at(i) {
+                return;
+            }
+            self.swap(i, c);
+            i = c;
+        }
+    }
+
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if self.count_at(p) <= self.count_at(i) {
+                return;
+            }
+            self.swap(i, p);
+            i = p;
+        }
     }
 
     /// The `n` largest counts, largest first (ties by id).
@@ -144,6 +217,17 @@ impl SpaceSaving {
     /// Whether nothing was counted.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// Whether the heap order holds (tests).
+    #[cfg(test)]
+    fn heap_ok(&self) -> bool {
+        (1..self.heap.len()).all(|i| self.count_at((i - 1) / 2) <= self.count_at(i))
+            && self
+                .heap
+                .iter()
+                .enumerate()
+                .all(|(i, &s)| self.pos[s as usize] as usize == i)
     }
 }
 

@@ -78,6 +78,33 @@ fn exact_counts_sketch() {
     s.add(b"v");
     assert_eq!(s.len(), 4);
     assert_eq!(s.top(1), vec![(b"z".to_vec(), 9)]);
+    assert!(s.heap_ok());
+}
+
+/// The heap and the index stay consistent under a random stream, and
+/// counts never undercount (space-saving's guarantee for tracked ids).
+#[test]
+fn heap_stays_ordered() {
+    let mut rng = Rng(9);
+    let mut s = SpaceSaving::new(16);
+    let mut truth = std::collections::HashMap::new();
+    for _ in 0..20_000 {
+        let k = if rng.next().is_multiple_of(4) {
+            0
+        } else {
+            rng.next() % 64
+        };
+        let id = format!("k{k}");
+        *truth.entry(id.clone()).or_insert(0u64) += 1;
+        s.add(id.as_bytes());
+    }
+    assert!(s.heap_ok());
+    assert_eq!(s.len(), 16);
+    for (id, c) in s.top(16) {
+        let t = truth[&String::from_utf8(id).expect("utf8")];
+        assert!(c >= t, "{c} < {t}");
+    }
+    assert_eq!(s.top(1)[0].0, b"k0");
 }
 
 #[test]
