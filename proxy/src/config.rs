@@ -206,6 +206,9 @@ pub struct Config {
     /// `--prefix-stats`: the key prefixes with L1 figures of their own
     /// (empty: off).
     pub prefix_stats: Vec<Vec<u8>>,
+    /// `--prefix-stats-separator`: prefixes are keys' first segments up to
+    /// this byte (`None`: off).
+    pub prefix_separator: Option<u8>,
 }
 
 impl Config {
@@ -249,7 +252,9 @@ impl Config {
         };
         upstream.tcp_keepalive = tcp_keepalive;
         let (hotkeys_capacity, hotkeys_sample, prefix_stats) = sections::hotkeys(&o)?;
+        let prefix_separator = sections::prefix_separator(&o)?;
         Ok(Config {
+            prefix_separator,
             hotkeys_capacity,
             hotkeys_sample,
             prefix_stats,
@@ -312,7 +317,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -365,6 +370,7 @@ impl fmt::Display for Config {
             self.hotkeys_capacity,
             self.hotkeys_sample,
             self.prefix_stats.len(),
+            self.prefix_separator.map(char::from),
         )
     }
 }

@@ -247,10 +247,14 @@ impl Metrics {
         }
     }
 
-    /// Also counts L1 lookups by these key prefixes (while metrics are on).
-    pub fn with_prefixes(mut self, prefixes: &[Vec<u8>]) -> Metrics {
+    /// Also counts L1 lookups by these key prefixes, or by first segments
+    /// up to `separator` (while metrics are on).
+    pub fn with_prefixes(mut self, prefixes: &[Vec<u8>], separator: Option<u8>) -> Metrics {
         if self.enabled {
-            self.prefixes = PrefixStats::new(prefixes);
+            self.prefixes = match separator {
+                Some(sep) => PrefixStats::by_separator(sep, crate::config::MAX_PREFIX_STATS),
+                None => PrefixStats::new(prefixes),
+            };
         }
         self
     }

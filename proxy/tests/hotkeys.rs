@@ -265,6 +265,30 @@ async fn prefix_metrics() {
     );
     proxy.stop().await;
 
+    // By first segment: learned as keys come.
+    let proxy = Observed::start(&redis.url(), &["--prefix-stats-separator", ":"]).await;
+    let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+    // One batch's GETs of a key all miss (they join one fetch): the first
+    // read alone.
+    gets(&mut c, "user:1", 1).await;
+    gets(&mut c, "user:1", 3).await;
+    gets(&mut c, "session:9", 2).await;
+    gets(&mut c, "misc", 1).await;
+    gets(&mut c, "misc", 2).await;
+    let (_, text) = http_get(&proxy.http.to_string(), "/metrics").await;
+    promtool_check(&text);
+    let s = |n: &str| series(&text, n);
+    assert_eq!(
+        s("sidecache_prefix_hits_total{prefix=\"user:\"}"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(s("sidecache_prefix_misses_total{prefix=\"user:\"}"), 1.0);
+    assert_eq!(s("sidecache_prefix_misses_total{prefix=\"session:\"}"), 2.0);
+    assert_eq!(s("sidecache_prefix_hits_total{prefix=\"other\"}"), 2.0);
+    assert_eq!(s("sidecache_prefix_misses_total{prefix=\"other\"}"), 1.0);
+    proxy.stop().await;
+
     // Off by default: no series.
     let proxy = Observed::start(&redis.url(), &[]).await;
     let mut c = TcpStream::connect(proxy.addr).await.unwrap();

@@ -282,6 +282,13 @@ pub struct Options {
     )]
     pub prefix_stats: Vec<String>,
 
+    /// Per-prefix L1 figures by each key's first segment up to and with
+    /// this one-byte separator (e.g. `:`: `user:` of `user:42`), the first
+    /// 64 seen getting a label and later ones `other`; instead of
+    /// --prefix-stats [default: off].
+    #[arg(long, env = "SIDECACHE_PREFIX_STATS_SEPARATOR", value_name = "CHAR")]
+    pub prefix_stats_separator: Option<String>,
+
     /// `sidecache hotkeys`: ask a running sidecache for its hot keys.
     #[command(subcommand)]
     #[serde(skip)]
@@ -351,6 +358,7 @@ impl Options {
             hotkeys_capacity,
             hotkeys_sample,
             prefix_stats,
+            prefix_stats_separator,
         )
     }
 }

@@ -348,3 +348,23 @@ pub(super) fn hotkeys(o: &Options) -> Result<(usize, u32, Vec<Vec<u8>>), ConfigE
     }
     Ok((capacity, sample, prefixes))
 }
+
+/// `--prefix-stats-separator`: one byte, and not with `--prefix-stats`.
+pub(super) fn prefix_separator(o: &Options) -> Result<Option<u8>, ConfigError> {
+    let Some(sep) = &o.prefix_stats_separator else {
+        return Ok(None);
+    };
+    if !o.prefix_stats.is_empty() {
+        return Err(err(
+            "--prefix-stats-separator",
+            "give either --prefix-stats or --prefix-stats-separator, not both",
+        ));
+    }
+    match sep.as_bytes() {
+        [b] => Ok(Some(*b)),
+        _ => Err(err(
+            "--prefix-stats-separator",
+            format!("{sep:?} is not one byte (e.g. ':')"),
+        )),
+    }
+}

@@ -305,6 +305,23 @@ fn hotkeys_and_prefix_stats_options() {
         .expect("toml keys");
     let c = Config::from_options(o).expect("valid");
     assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (64, 4));
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--prefix-stats-separator",
+        ":",
+    ]))
+    .expect("valid");
+    assert_eq!(c.prefix_separator, Some(b':'));
+    for args in [
+        &["--prefix-stats-separator", "::"][..],
+        &["--prefix-stats-separator", ":", "--prefix-stats", "a:"][..],
+    ] {
+        let mut a = vec!["--upstream", "redis://h"];
+        a.extend_from_slice(args);
+        let e = Config::from_options(opts(&a)).expect_err("bad");
+        assert_eq!(e.key, "--prefix-stats-separator");
+    }
 }
 
 #[test]

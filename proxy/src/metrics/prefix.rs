@@ -11,8 +11,18 @@
 //! integers indexed by that number, added to the shared atomics once per
 //! batch ([`super::ConnMetrics::written`]). No label is hashed or
 //! formatted per request. Off (the default), a lookup costs one branch.
+//!
+//! With a separator (`--prefix-stats-separator ':'`) the prefix is the
+//! key's first segment and its separator (`user:` of `user:42`), learned
+//! as keys come: the first [`crate::config::MAX_PREFIX_STATS`] distinct
+//! ones get a number, later ones and keys without the separator count as
+//! `other`. A connection keeps a copy of the learned list and compares
+//! with it (at most 64 short comparisons); it locks the shared list only
+//! for a segment it does not know while the list is not full, and takes
+//! a fresh copy then.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// The label of keys no prefix matches.
 pub const OTHER: &str = "other";
@@ -28,13 +38,17 @@ pub struct PrefixStats {
     labels: Vec<String>,
     /// Per prefix, then `other`: hits, misses, hit bytes.
     counts: Box<[[AtomicU64; FIELDS]]>,
+    /// Separator mode: the byte, and the segments learned so far (their
+    /// numbers are their positions; `other` is the last of `counts`).
+    separator: Option<u8>,
+    learned: Mutex<Vec<Vec<u8>>>,
 }
 
 /// One prefix's figures at a scrape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrefixFigures<'a> {
     /// The label value (the prefix, lossy UTF-8, or `other`).
-    pub label: &'a str,
+    pub label: std::borrow::Cow<'a, str>,
     /// L1 hits.
     pub hits: u64,
     /// L1 misses (lookups not answered from the L1).
@@ -61,12 +75,45 @@ impl PrefixStats {
                 .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
                 .collect(),
             labels,
+            ..PrefixStats::default()
+        }
+    }
+
+    /// Counters for the first `cap` distinct first segments of keys up to
+    /// and with `separator`.
+    pub fn by_separator(separator: u8, cap: usize) -> PrefixStats {
+        PrefixStats {
+            counts: (0..=cap)
+                .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+                .collect(),
+            separator: Some(separator),
+            ..PrefixStats::default()
         }
     }
 
     /// Whether any prefix is counted.
     pub fn enabled(&self) -> bool {
-        !self.prefixes.is_empty()
+        !self.prefixes.is_empty() || self.separator.is_some()
+    }
+
+    /// `other`'s number.
+    fn other(&self) -> usize {
+        self.counts.len().saturating_sub(1)
+    }
+
+    /// Separator mode: the number of `segment`, learned now if there is
+    /// room; and a copy of the learned list.
+    fn learn(&self, segment: &[u8]) -> (Option<usize>, Vec<Vec<u8>>) {
+        let mut l = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+        let i = match l.iter().position(|s| s == segment) {
+            Some(i) => Some(i),
+            None if l.len() < self.other() => {
+                l.push(segment.to_vec());
+                Some(l.len() - 1)
+            }
+            None => None,
+        };
+        (i, l.clone())
     }
 
     /// The number of `key`'s prefix (the first that matches; `other`'s
@@ -78,16 +125,36 @@ impl PrefixStats {
             .unwrap_or(self.prefixes.len())
     }
 
-    /// Every prefix's figures, `other` last.
-    pub fn figures(&self) -> Vec<PrefixFigures<'_>> {
-        self.labels
-            .iter()
-            .zip(self.counts.iter())
-            .map(|(label, c)| PrefixFigures {
-                label,
-                hits: c[0].load(Ordering::Relaxed),
-                misses: c[1].load(Ordering::Relaxed),
-                hit_bytes: c[2].load(Ordering::Relaxed),
+    /// Every prefix's figures (label, hits, misses, hit bytes), `other`
+    /// last.
+    pub fn figures(&self) -> Vec<PrefixFigures<'static>> {
+        let labels: Vec<String> = if self.separator.is_some() {
+            let l = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+            l.iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .chain(std::iter::once(OTHER.to_owned()))
+                .collect()
+        } else {
+            self.labels.clone()
+        };
+        let n = labels.len();
+        labels
+            .into_iter()
+            .enumerate()
+            .map(|(i, label)| {
+                // Separator mode: `other` is the last counter, whatever
+                // was learned.
+                let c = if i + 1 == n {
+                    &self.counts[self.other()]
+                } else {
+                    &self.counts[i]
+                };
+                PrefixFigures {
+                    label: std::borrow::Cow::Owned(label),
+                    hits: c[0].load(Ordering::Relaxed),
+                    misses: c[1].load(Ordering::Relaxed),
+                    hit_bytes: c[2].load(Ordering::Relaxed),
+                }
             })
             .collect()
     }
@@ -99,6 +166,10 @@ pub struct PrefixTally {
     on: bool,
     dirty: bool,
     counts: Vec<[u64; FIELDS]>,
+    /// Separator mode: the learned segments as last seen, and whether the
+    /// shared list was full then (an unknown segment is `other`).
+    known: Vec<Vec<u8>>,
+    full: bool,
 }
 
 impl PrefixTally {
@@ -108,7 +179,27 @@ impl PrefixTally {
             on: stats.enabled(),
             dirty: false,
             counts: vec![[0; FIELDS]; stats.counts.len()],
+            known: Vec::new(),
+            full: false,
         }
+    }
+
+    /// Separator mode: the number of `key`'s first segment.
+    fn segment_index(&mut self, stats: &PrefixStats, sep: u8, key: &[u8]) -> usize {
+        let Some(end) = memchr::memchr(sep, key) else {
+            return stats.other();
+        };
+        let seg = &key[..=end];
+        if let Some(i) = self.known.iter().position(|s| s == seg) {
+            return i;
+        }
+        if self.full {
+            return stats.other();
+        }
+        let (i, known) = stats.learn(seg);
+        self.full = i.is_none();
+        self.known = known;
+        i.unwrap_or(stats.other())
     }
 
     /// Whether prefixes are counted (the one branch when off).
@@ -119,7 +210,11 @@ impl PrefixTally {
 
     /// An L1 lookup of `key`: a hit of `bytes` value bytes, or a miss.
     pub fn lookup(&mut self, stats: &PrefixStats, key: &[u8], hit: Option<usize>) {
-        let Some(c) = self.counts.get_mut(stats.index(key)) else {
+        let i = match stats.separator {
+            None => stats.index(key),
+            Some(sep) => self.segment_index(stats, sep, key),
+        };
+        let Some(c) = self.counts.get_mut(i) else {
             return;
         };
         match hit {
@@ -171,7 +266,7 @@ mod tests {
         assert_eq!(
             f[0],
             PrefixFigures {
-                label: "user:",
+                label: "user:".into(),
                 hits: 1,
                 misses: 1,
                 hit_bytes: 10
@@ -180,7 +275,7 @@ mod tests {
         assert_eq!(
             f[3],
             PrefixFigures {
-                label: "other",
+                label: "other".into(),
                 hits: 1,
                 misses: 0,
                 hit_bytes: 3

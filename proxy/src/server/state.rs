@@ -173,7 +173,7 @@ impl Shared {
                 upstream.write_behind().config().queue_timeout,
             )),
             metrics: Metrics::new(&table, config.metrics_listen.is_some())
-                .with_prefixes(&config.prefix_stats),
+                .with_prefixes(&config.prefix_stats, config.prefix_separator),
             hotkeys: crate::metrics::hotkeys::HotKeys::new(
                 config.hotkeys_capacity,
                 config.hotkeys_sample,
