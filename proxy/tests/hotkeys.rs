@@ -73,7 +73,7 @@ async fn hotkeys_by_command_http_and_subcommand() {
     let reads = pairs(&raw_on(&mut c, b"SIDECACHE HOTKEYS READS COUNT 4\r\n", 1).await);
     let keys: Vec<&str> = reads.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["hot:a", "hot:b", "cold:x", "hot:c"], "{reads:?}");
-    // Estimates (sampled one in 16, times 16) within a third of the truth.
+    // Estimates (sampled one in 32, times 32) within a third of the truth.
     assert!((2700..5300).contains(&reads[0].1), "{reads:?}");
     assert!((1300..2700).contains(&reads[1].1), "{reads:?}");
     let misses = pairs(&raw_on(&mut c, b"SIDECACHE HOTKEYS MISSES COUNT 1\r\n", 1).await);
@@ -120,7 +120,7 @@ async fn hotkeys_by_command_http_and_subcommand() {
     assert_eq!(status, 200, "{body}");
     assert!(
         body.starts_with(
-            "{\"by\":\"reads\",\"sample\":16,\"keys\":[{\"db\":0,\"key\":\"hot:a\",\"count\":"
+            "{\"by\":\"reads\",\"sample\":32,\"keys\":[{\"db\":0,\"key\":\"hot:a\",\"count\":"
         ),
         "{body}"
     );
@@ -156,7 +156,8 @@ async fn hotkeys_by_command_http_and_subcommand() {
         rows[1].trim_start().starts_with("1 ") && rows[1].ends_with(" w:1"),
         "{text}"
     );
-    assert_eq!(rows.len(), 3, "{text}");
+    // w:2 (40 writes) may or may not have been sampled.
+    assert!((2..=3).contains(&rows.len()), "{text}");
     // Nobody listening: an error and a failure status.
     let out = tokio::task::spawn_blocking(|| {
         Command::new(env!("CARGO_BIN_EXE_sidecache"))

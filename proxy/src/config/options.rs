@@ -267,7 +267,7 @@ pub struct Options {
     pub hotkeys_capacity: Option<usize>,
 
     /// Hot keys: one read or write in N (per connection, randomised) is
-    /// counted, and counts are reported times N; 1 counts all [default: 16].
+    /// counted, and counts are reported times N; 1 counts all [default: 32].
     #[arg(long, env = "SIDECACHE_HOTKEYS_SAMPLE", value_name = "N")]
     pub hotkeys_sample: Option<u32>,
 

@@ -265,7 +265,7 @@ fn write_journal_options() {
 #[test]
 fn hotkeys_and_prefix_stats_options() {
     let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
-    assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (256, 16));
+    assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (256, 32));
     assert!(c.prefix_stats.is_empty());
     let c = Config::from_options(opts(&[
         "--upstream",

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 /// Default counters per dimension (`--hotkeys-capacity`).
 pub const DEFAULT_CAPACITY: usize = 256;
 /// Default sampling: one lookup or write in this many (`--hotkeys-sample`).
-pub const DEFAULT_SAMPLE: u32 = 16;
+pub const DEFAULT_SAMPLE: u32 = 32;
 /// Largest `--hotkeys-capacity` (a replacement scans every count).
 pub const MAX_CAPACITY: usize = 4096;
 /// Largest `--hotkeys-sample`.
