@@ -101,6 +101,33 @@ pub enum LogFormat {
     Json,
 }
 
+/// A subcommand: the binary does something else than serve.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Print a running sidecache's hot keys (SIDECACHE HOTKEYS over RESP).
+    Hotkeys(HotkeysArgs),
+}
+
+/// `sidecache hotkeys [--by reads|misses|writes] [-n 20] [--addr ADDR]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HotkeysArgs {
+    /// Ranking: reads (L1 lookups), misses or writes.
+    #[arg(long, default_value = "reads", value_parser = ["reads", "misses", "writes"])]
+    pub by: String,
+    /// How many keys.
+    #[arg(short = 'n', long = "count", default_value_t = 20)]
+    pub n: usize,
+    /// The sidecache to ask (its --listen address).
+    #[arg(long, default_value = "127.0.0.1:6380")]
+    pub addr: String,
+    /// Its --requirepass, if set.
+    #[arg(long, env = "SIDECACHE_REQUIREPASS", hide_env_values = true)]
+    pub password: Option<String>,
+}
+
+/// Most `--prefix-stats` prefixes.
+pub const MAX_PREFIX_STATS: usize = 64;
+
 /// Default address of the metrics and health endpoint.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9121";
 
@@ -172,6 +199,16 @@ pub struct Config {
     pub timeout: Option<Duration>,
     /// TCP keepalive idle time of client sockets (`None`: off).
     pub tcp_keepalive: Option<Duration>,
+    /// `--hotkeys-capacity`: counters per hot-key ranking (0: off).
+    pub hotkeys_capacity: usize,
+    /// `--hotkeys-sample`: one event in this many is counted.
+    pub hotkeys_sample: u32,
+    /// `--prefix-stats`: the key prefixes with L1 figures of their own
+    /// (empty: off).
+    pub prefix_stats: Vec<Vec<u8>>,
+    /// `--prefix-stats-separator`: prefixes are keys' first segments up to
+    /// this byte (`None`: off).
+    pub prefix_separator: Option<u8>,
 }
 
 impl Config {
@@ -214,7 +251,13 @@ impl Config {
             s => Some(Duration::from_secs(s)),
         };
         upstream.tcp_keepalive = tcp_keepalive;
+        let (hotkeys_capacity, hotkeys_sample, prefix_stats) = sections::hotkeys(&o)?;
+        let prefix_separator = sections::prefix_separator(&o)?;
         Ok(Config {
+            prefix_separator,
+            hotkeys_capacity,
+            hotkeys_sample,
+            prefix_stats,
             l1,
             output_limit_pubsub,
             output_limit_normal,
@@ -274,7 +317,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -324,6 +367,10 @@ impl fmt::Display for Config {
             self.threads,
             self.log_level,
             self.log_format,
+            self.hotkeys_capacity,
+            self.hotkeys_sample,
+            self.prefix_stats.len(),
+            self.prefix_separator.map(char::from),
         )
     }
 }

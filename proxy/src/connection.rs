@@ -248,6 +248,8 @@ pub struct Client {
     durable: Option<sidecache_pool::write_behind::journal::Durable>,
     /// This connection's metrics tally.
     metrics: ConnMetrics,
+    /// Countdown to the next hot-key sample.
+    hot: crate::metrics::hotkeys::Sampler,
     /// An open MULTI (its commands collected until EXEC or DISCARD).
     tx: Option<tx::TxBlock>,
     /// The upstream connection held for this client (WATCH, or a MULTI
@@ -320,6 +322,7 @@ impl Client {
             forwarded_write: false,
             answered: 0,
             metrics: ConnMetrics::new(&shared.metrics),
+            hot: crate::metrics::hotkeys::Sampler::new(&shared.hotkeys, id),
             shared,
             st,
             topo,

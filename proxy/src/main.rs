@@ -1,5 +1,5 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
-//! SIGINT.
+//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys.
 
 use std::sync::Arc;
 
@@ -12,7 +12,16 @@ use sidecache_pool::write_behind::journal::Journal;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
-    let options = Options::parse();
+    let mut options = Options::parse();
+    if let Some(sidecache::config::Command::Hotkeys(args)) = options.command.take() {
+        return match sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sidecache hotkeys: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let config = match Config::load(options) {
         Ok(c) => c,
         Err(e) => {

@@ -22,8 +22,10 @@
 //! [`export::FAMILIES`].
 
 pub mod export;
+pub mod hotkeys;
 pub mod http;
 pub mod info;
+pub mod prefix;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -35,6 +37,7 @@ use sidecache_pool::cluster::topology::Topology;
 
 use crate::cmd::local::name::Local;
 use crate::cmd::table::CommandTable;
+use prefix::{PrefixStats, PrefixTally};
 
 /// Upper bounds of the client-latency histogram buckets, nanoseconds
 /// (10 µs … 2.5 s; L1 hits land in the first few, upstream round trips in
@@ -182,10 +185,12 @@ pub struct Metrics {
     pub shutdown_unflushed: AtomicU64,
     /// Set when shutdown began: readiness fails from then on.
     pub shutting_down: AtomicBool,
+    /// `--prefix-stats`: L1 figures per key prefix (off when metrics are).
+    pub prefixes: PrefixStats,
 }
 
 /// Local commands and the name they are counted under.
-const LOCALS: [(Local, &str); 9] = [
+const LOCALS: [(Local, &str); 10] = [
     (Local::Ping, "ping"),
     (Local::Echo, "echo"),
     (Local::Quit, "quit"),
@@ -195,6 +200,7 @@ const LOCALS: [(Local, &str); 9] = [
     (Local::Client, "client"),
     (Local::Reset, "reset"),
     (Local::ClusterDisabled, "cluster"),
+    (Local::Sidecache, "sidecache"),
 ];
 
 fn local_index(l: Local) -> usize {
@@ -208,6 +214,7 @@ fn local_index(l: Local) -> usize {
         Local::Client => 6,
         Local::Reset => 7,
         Local::ClusterDisabled => 8,
+        Local::Sidecache => 9,
     }
 }
 
@@ -236,7 +243,20 @@ impl Metrics {
             shutdown_flushed: AtomicU64::new(0),
             shutdown_unflushed: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
+            prefixes: PrefixStats::default(),
         }
+    }
+
+    /// Also counts L1 lookups by these key prefixes, or by first segments
+    /// up to `separator` (while metrics are on).
+    pub fn with_prefixes(mut self, prefixes: &[Vec<u8>], separator: Option<u8>) -> Metrics {
+        if self.enabled {
+            self.prefixes = match separator {
+                Some(sep) => PrefixStats::by_separator(sep, crate::config::MAX_PREFIX_STATS),
+                None => PrefixStats::new(prefixes),
+            };
+        }
+        self
     }
 
     /// Whether per-command metrics are kept.
@@ -327,6 +347,8 @@ pub struct ConnMetrics {
     paths: [u64; 3],
     topo: Option<Arc<Topology>>,
     shards: Vec<Arc<ShardCounters>>,
+    /// `--prefix-stats`: this batch's L1 lookups by prefix.
+    pub prefix: PrefixTally,
 }
 
 impl ConnMetrics {
@@ -341,6 +363,7 @@ impl ConnMetrics {
             paths: [0; 3],
             topo: None,
             shards: Vec::new(),
+            prefix: PrefixTally::new(&m.prefixes),
         }
     }
 
@@ -411,6 +434,9 @@ impl ConnMetrics {
 
     /// The output buffer reached the client: adds the batch to `m`.
     pub fn written(&mut self, m: &Metrics) {
+        if self.prefix.on() {
+            self.prefix.flush(&m.prefixes);
+        }
         if !self.on || self.paths == [0; 3] {
             return;
         }

@@ -1,6 +1,7 @@
 //! Commands the proxy answers itself: connection and session commands that
 //! must not reach a shared upstream connection (PING, ECHO, QUIT, SELECT,
-//! HELLO, AUTH, CLIENT …, RESET), with Redis's replies and error texts.
+//! HELLO, AUTH, CLIENT …, RESET), with Redis's replies and error texts; and
+//! the proxy's own, `SIDECACHE HOTKEYS` (`sidecache` below).
 
 use bytes::{Bytes, BytesMut};
 use sidecache_pool::Proto;
@@ -10,6 +11,7 @@ use sidecache_resp::int::parse_i64;
 use crate::server::state::{ClientEntry, Shared};
 
 pub mod name;
+mod sidecache;
 pub use name::Local;
 
 /// Per-connection session state.
@@ -107,6 +109,7 @@ pub fn run(
             .status("RESET");
         }
         Local::ClusterDisabled => r.error("ERR This instance has cluster support disabled"),
+        Local::Sidecache => sidecache::run(args, st.db, shared, &mut r),
     }
     Outcome::Continue
 }

@@ -259,6 +259,40 @@ pub struct Options {
         value_delimiter = ','
     )]
     pub l1_exclude_prefix: Vec<String>,
+
+    /// Hot keys: counters per ranking (reads, misses, writes) of the
+    /// space-saving sketch behind SIDECACHE HOTKEYS and /debug/hotkeys,
+    /// 0–4096; 0 turns hot keys off [default: 256].
+    #[arg(long, env = "SIDECACHE_HOTKEYS_CAPACITY", value_name = "N")]
+    pub hotkeys_capacity: Option<usize>,
+
+    /// Hot keys: one read or write in N (per connection, randomised) is
+    /// counted, and counts are reported times N; 1 counts all [default: 32].
+    #[arg(long, env = "SIDECACHE_HOTKEYS_SAMPLE", value_name = "N")]
+    pub hotkeys_sample: Option<u32>,
+
+    /// Per-prefix L1 hits, misses and hit bytes in /metrics for these key
+    /// prefixes (comma-separated, at most 64; the first that matches
+    /// counts, anything else is `other`) [default: off].
+    #[arg(
+        long,
+        env = "SIDECACHE_PREFIX_STATS",
+        value_name = "PREFIX",
+        value_delimiter = ','
+    )]
+    pub prefix_stats: Vec<String>,
+
+    /// Per-prefix L1 figures by each key's first segment up to and with
+    /// this one-byte separator (e.g. `:`: `user:` of `user:42`), the first
+    /// 64 seen getting a label and later ones `other`; instead of
+    /// --prefix-stats [default: off].
+    #[arg(long, env = "SIDECACHE_PREFIX_STATS_SEPARATOR", value_name = "CHAR")]
+    pub prefix_stats_separator: Option<String>,
+
+    /// `sidecache hotkeys`: ask a running sidecache for its hot keys.
+    #[command(subcommand)]
+    #[serde(skip)]
+    pub command: Option<super::Command>,
 }
 
 impl Options {
@@ -271,6 +305,7 @@ impl Options {
             ($($field:ident),* $(,)?) => {
                 Options {
                     config: self.config,
+                    command: self.command,
                     $($field: Unset::or(self.$field, file.$field),)*
                 }
             };
@@ -320,6 +355,10 @@ impl Options {
             peer_invalidation_channel,
             l1_include_prefix,
             l1_exclude_prefix,
+            hotkeys_capacity,
+            hotkeys_sample,
+            prefix_stats,
+            prefix_stats_separator,
         )
     }
 }

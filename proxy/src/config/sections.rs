@@ -307,3 +307,64 @@ pub(super) fn requirepass(o: &Options, listen: SocketAddr) -> Result<Option<Stri
 fn bytes_of(prefixes: &[String]) -> Vec<Vec<u8>> {
     prefixes.iter().map(|p| p.as_bytes().to_vec()).collect()
 }
+
+/// `--hotkeys-capacity`, `--hotkeys-sample` and `--prefix-stats`.
+pub(super) fn hotkeys(o: &Options) -> Result<(usize, u32, Vec<Vec<u8>>), ConfigError> {
+    use crate::metrics::hotkeys::{DEFAULT_CAPACITY, DEFAULT_SAMPLE, MAX_CAPACITY, MAX_SAMPLE};
+    let capacity = o.hotkeys_capacity.unwrap_or(DEFAULT_CAPACITY);
+    if capacity > MAX_CAPACITY {
+        return Err(err(
+            "--hotkeys-capacity",
+            format!("must be between 0 (off) and {MAX_CAPACITY}"),
+        ));
+    }
+    let sample = o.hotkeys_sample.unwrap_or(DEFAULT_SAMPLE);
+    if sample == 0 || sample > MAX_SAMPLE {
+        return Err(err(
+            "--hotkeys-sample",
+            format!("must be between 1 (every read and write) and {MAX_SAMPLE}"),
+        ));
+    }
+    let prefixes = bytes_of(&o.prefix_stats);
+    if prefixes.len() > super::MAX_PREFIX_STATS {
+        return Err(err(
+            "--prefix-stats",
+            format!(
+                "{} prefixes given; at most {}",
+                prefixes.len(),
+                super::MAX_PREFIX_STATS
+            ),
+        ));
+    }
+    if let Some(bad) = o
+        .prefix_stats
+        .iter()
+        .find(|p| p.is_empty() || p.as_str() == "other")
+    {
+        return Err(err(
+            "--prefix-stats",
+            format!("{bad:?} is not a prefix (empty, or the label of everything else)"),
+        ));
+    }
+    Ok((capacity, sample, prefixes))
+}
+
+/// `--prefix-stats-separator`: one byte, and not with `--prefix-stats`.
+pub(super) fn prefix_separator(o: &Options) -> Result<Option<u8>, ConfigError> {
+    let Some(sep) = &o.prefix_stats_separator else {
+        return Ok(None);
+    };
+    if !o.prefix_stats.is_empty() {
+        return Err(err(
+            "--prefix-stats-separator",
+            "give either --prefix-stats or --prefix-stats-separator, not both",
+        ));
+    }
+    match sep.as_bytes() {
+        [b] => Ok(Some(*b)),
+        _ => Err(err(
+            "--prefix-stats-separator",
+            format!("{sep:?} is not one byte (e.g. ':')"),
+        )),
+    }
+}

@@ -261,3 +261,109 @@ fn write_journal_options() {
     let c = Config::from_options(opts(&["--upstream", "redis://h"]).or(file)).expect("valid");
     assert_eq!(c.journal.map(|j| j.fsync), Some(Fsync::Always));
 }
+
+#[test]
+fn hotkeys_and_prefix_stats_options() {
+    let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
+    assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (256, 32));
+    assert!(c.prefix_stats.is_empty());
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--hotkeys-capacity",
+        "0",
+        "--hotkeys-sample",
+        "1",
+        "--prefix-stats",
+        "user:,session:",
+    ]))
+    .expect("valid");
+    assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (0, 1));
+    assert_eq!(
+        c.prefix_stats,
+        vec![b"user:".to_vec(), b"session:".to_vec()]
+    );
+    for (flag, v) in [
+        ("--hotkeys-capacity", "5000"),
+        ("--hotkeys-sample", "0"),
+        ("--prefix-stats", "a,,b"),
+        ("--prefix-stats", "other"),
+    ] {
+        let e = Config::from_options(opts(&["--upstream", "redis://h", flag, v])).expect_err("bad");
+        assert_eq!(e.key, flag, "{v}");
+    }
+    let many: Vec<String> = (0..65).map(|i| format!("p{i}:")).collect();
+    let e = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--prefix-stats",
+        &many.join(","),
+    ]))
+    .expect_err("too many");
+    assert_eq!(e.key, "--prefix-stats");
+    let o: Options = toml::from_str("upstream = [\"redis://h\"]\nhotkeys_capacity = 64\nhotkeys_sample = 4\nprefix_stats = [\"a:\"]\n")
+        .expect("toml keys");
+    let c = Config::from_options(o).expect("valid");
+    assert_eq!((c.hotkeys_capacity, c.hotkeys_sample), (64, 4));
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--prefix-stats-separator",
+        ":",
+    ]))
+    .expect("valid");
+    assert_eq!(c.prefix_separator, Some(b':'));
+    for args in [
+        &["--prefix-stats-separator", "::"][..],
+        &["--prefix-stats-separator", ":", "--prefix-stats", "a:"][..],
+    ] {
+        let mut a = vec!["--upstream", "redis://h"];
+        a.extend_from_slice(args);
+        let e = Config::from_options(opts(&a)).expect_err("bad");
+        assert_eq!(e.key, "--prefix-stats-separator");
+    }
+}
+
+#[test]
+fn hotkeys_subcommand_leaves_the_flags_alone() {
+    // The old flat flags still parse, with no subcommand.
+    let o = opts(&[
+        "--listen",
+        "127.0.0.1:7000",
+        "--upstream",
+        "redis://h",
+        "--pool-size",
+        "3",
+    ]);
+    assert!(o.command.is_none());
+    assert_eq!(o.pool_size, Some(3));
+    let o = opts(&[
+        "hotkeys",
+        "--by",
+        "misses",
+        "-n",
+        "5",
+        "--addr",
+        "127.0.0.1:7000",
+    ]);
+    match o.command {
+        Some(Command::Hotkeys(a)) => {
+            assert_eq!(
+                (a.by.as_str(), a.n, a.addr.as_str()),
+                ("misses", 5, "127.0.0.1:7000")
+            );
+        }
+        None => panic!("no subcommand"),
+    }
+    let o = opts(&["hotkeys"]);
+    match o.command {
+        Some(Command::Hotkeys(a)) => {
+            assert_eq!(
+                (a.by.as_str(), a.n, a.addr.as_str()),
+                ("reads", 20, "127.0.0.1:6380")
+            );
+        }
+        None => panic!("no subcommand"),
+    }
+    assert!(Options::try_parse_from(["sidecache", "hotkeys", "--by", "size"]).is_err());
+}

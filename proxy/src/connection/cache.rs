@@ -142,6 +142,7 @@ impl Client {
         let db = self.st.db;
         let now = self.now();
         let lookup = self.shared.l1.get_at(db, key, now);
+        self.observe(db, key, &lookup);
         if let Lookup::Hit(v) = lookup {
             self.out_known += v.as_ref().map_or(0, |b| b.len());
             self.pending.push(Pending::Value(v));
@@ -181,6 +182,43 @@ impl Client {
         }
     }
 
+    /// Hot keys and prefix figures of one L1 lookup: a countdown and a
+    /// flag when neither samples it.
+    #[inline]
+    fn observe(&mut self, db: u16, key: &[u8], lookup: &Lookup) {
+        if self.hot.read() {
+            self.note_hot_read(db, key, !matches!(lookup, Lookup::Hit(_)));
+        }
+        if self.metrics.prefix.on() {
+            let hit = match lookup {
+                Lookup::Hit(v) => Some(v.as_ref().map_or(0, |b| b.len())),
+                _ => None,
+            };
+            self.metrics
+                .prefix
+                .lookup(&self.shared.metrics.prefixes, key, hit);
+        }
+    }
+
+    #[cold]
+    fn note_hot_read(&self, db: u16, key: &[u8], missed: bool) {
+        use crate::metrics::hotkeys::Dimension;
+        self.shared.hotkeys.note(Dimension::Reads, db, key);
+        if missed {
+            self.shared.hotkeys.note(Dimension::Misses, db, key);
+        }
+    }
+
+    /// A write of `key` (sampled into the hot keys' writes).
+    #[inline]
+    pub(super) fn observe_write(&mut self, key: &[u8]) {
+        if self.hot.write() {
+            self.shared
+                .hotkeys
+                .note(crate::metrics::hotkeys::Dimension::Writes, self.st.db, key);
+        }
+    }
+
     /// A ticket to fill `key` from `node`, or `None` while that node's
     /// invalidation channel is down (the read goes upstream, uncached).
     /// The epoch is read before the channel is checked: see
@@ -202,6 +240,7 @@ impl Client {
         let now = self.now();
         for key in &req.args[1..] {
             let lookup = self.shared.l1.get_at(db, key, now);
+            self.observe(db, key, &lookup);
             if let Lookup::Hit(v) = lookup {
                 self.out_known += v.as_ref().map_or(0, |b| b.len());
                 items.push(MgetItem::Hit(v));
@@ -259,9 +298,12 @@ impl Client {
                         // Pushed, not collected: SmallVec's `extend` (its
                         // reserve from the size hint) cost a one-key write
                         // ~90 instructions.
-                        let mut keys = smallvec::SmallVec::new();
+                        let mut keys: smallvec::SmallVec<[Bytes; 1]> = smallvec::SmallVec::new();
                         for &i in &self.keys {
                             keys.push(args[i].clone());
+                        }
+                        for k in &keys {
+                            self.observe_write(k);
                         }
                         Inval::Keys(keys)
                     }

@@ -310,6 +310,7 @@ impl Client {
         };
         let db = self.st.db;
         for &(k, v) in &plan.pairs {
+            self.observe_write(&args[k]);
             if plan.expiry == Expiry::KeepTtl {
                 self.shared.invalidate(db, &args[k]);
             } else {

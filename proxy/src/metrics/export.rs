@@ -89,6 +89,9 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_l1_entries", G, &[], "Entries held."),
     fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),
     fam("sidecache_l1_max_bytes", G, &[], "L1 capacity in bytes (0: L1 off)."),
+    fam("sidecache_prefix_hits_total", C, &["prefix"], "L1 lookups answered from memory, by key prefix (--prefix-stats; other: no listed prefix)."),
+    fam("sidecache_prefix_misses_total", C, &["prefix"], "L1 lookups that went upstream, by key prefix (--prefix-stats; other: no listed prefix)."),
+    fam("sidecache_prefix_hit_bytes_total", C, &["prefix"], "Value bytes served from the L1, by key prefix (--prefix-stats; other: no listed prefix)."),
     // Write-behind.
     fam("sidecache_write_queue_depth", G, &[], "Acknowledged writes queued and not yet flushed or failed: what a hard crash would lose."),
     fam("sidecache_write_queue_max", G, &[], "Most writes the queue holds (--write-queue-max)."),
@@ -244,6 +247,26 @@ impl Exporter {
         let mut out = Vec::with_capacity(16 * 1024);
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// The `/debug/hotkeys` answer for query string `q`: the JSON body, or
+    /// the status and a one-line reason.
+    ///
+    /// # Errors
+    /// 400 for a bad query, 503 before start-up finished, 404 when hot
+    /// keys are off.
+    pub fn hotkeys(&self, q: Option<&str>) -> Result<String, (u16, String)> {
+        use crate::metrics::hotkeys;
+        let (by, n, db) = hotkeys::parse_query(q).map_err(|e| (400, e))?;
+        let shared = self
+            .cell
+            .shared()
+            .ok_or_else(|| (503, "upstream not reached yet".to_owned()))?;
+        if !shared.hotkeys.enabled() {
+            return Err((404, "hot keys are off (--hotkeys-capacity 0)".into()));
+        }
+        let top = shared.hotkeys.top(by, db, n);
+        Ok(hotkeys::to_json(by, shared.hotkeys.sample(), &top))
     }
 
     /// `Ok` when ready to serve; otherwise a one-line reason.

@@ -2,7 +2,9 @@
 //! format), `/healthz` (the process answers) and `/readyz` (200 once the
 //! upstream topology is known, every slot is served and no master's latest
 //! reply was BUSY, LOADING or MASTERDOWN; 503 with a one-line reason
-//! otherwise, e.g. `upstream 127.0.0.1:7000 busy: BUSY Redis is busy …`). HTTP/1.1 only, GET and HEAD only, nothing else.
+//! otherwise, e.g. `upstream 127.0.0.1:7000 busy: BUSY Redis is busy …`)
+//! and `/debug/hotkeys?by=reads|misses|writes&n=20[&db=0]` (JSON, see
+//! [`crate::metrics::hotkeys::to_json`]). HTTP/1.1 only, GET and HEAD only, nothing else.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -69,13 +71,27 @@ fn respond(exporter: &Exporter, req: &Request<Incoming>) -> Response<Full<Bytes>
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         },
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/debug/hotkeys" => match exporter.hotkeys(req.uri().query()) {
+            Ok(body) => {
+                let mut r = text(StatusCode::OK, body);
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            Err((status, why)) => text(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                format!("{why}\n"),
+            ),
+        },
         "/readyz" => match exporter.readiness() {
             Ok(()) => text(StatusCode::OK, "ready\n".into()),
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz or /readyz\n".into(),
+            "not found: try /metrics, /healthz, /readyz or /debug/hotkeys\n".into(),
         ),
     }
 }

@@ -146,6 +146,8 @@ pub struct Shared {
     pub flights: Flights,
     /// Per-command metrics and what only the proxy counts.
     pub metrics: Metrics,
+    /// The hottest keys by reads, misses and writes (`--hotkeys-*`).
+    pub hotkeys: crate::metrics::hotkeys::HotKeys,
     /// Shared upstream subscriptions and the MONITOR feed.
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
@@ -170,7 +172,12 @@ impl Shared {
                 config.output_limit_pubsub,
                 upstream.write_behind().config().queue_timeout,
             )),
-            metrics: Metrics::new(&table, config.metrics_listen.is_some()),
+            metrics: Metrics::new(&table, config.metrics_listen.is_some())
+                .with_prefixes(&config.prefix_stats, config.prefix_separator),
+            hotkeys: crate::metrics::hotkeys::HotKeys::new(
+                config.hotkeys_capacity,
+                config.hotkeys_sample,
+            ),
             upstream,
             table,
             config,

@@ -22,6 +22,8 @@ pub enum Local {
     Reset,
     /// CLUSTER …, READONLY, READWRITE, ASKING: the proxy is a standalone server to clients.
     ClusterDisabled,
+    /// SIDECACHE HOTKEYS …, SIDECACHE HELP: the proxy's own commands.
+    Sidecache,
 }
 
 impl Local {
@@ -37,6 +39,7 @@ impl Local {
             b"client" => Local::Client,
             b"reset" => Local::Reset,
             b"cluster" | b"readonly" | b"readwrite" | b"asking" => Local::ClusterDisabled,
+            b"sidecache" => Local::Sidecache,
             _ => return None,
         })
     }

@@ -101,6 +101,12 @@ fn l1(s: &Shared, o: &mut Out) {
         &[],
         s.l1.config().max_bytes as f64,
     );
+    for f in s.metrics.prefixes.figures() {
+        let label = [("prefix", &*f.label)];
+        o.counter("sidecache_prefix_hits_total", &label, f.hits);
+        o.counter("sidecache_prefix_misses_total", &label, f.misses);
+        o.counter("sidecache_prefix_hit_bytes_total", &label, f.hit_bytes);
+    }
 }
 
 /// The write-behind queue: its fill, its bounds, and the writes that
