@@ -1,5 +1,8 @@
 use std::sync::atomic::AtomicUsize;
 
+use std::time::Instant;
+
+use super::writer::MARK_DELAY;
 use super::*;
 
 /// A fresh directory under the system's temp dir, removed on drop.
