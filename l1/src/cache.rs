@@ -104,12 +104,19 @@ impl Eq for CacheKey {}
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// `None`: a cached nil.
+    /// `None`: a cached nil (or no GET cached, see `has_value`).
     value: Option<Bytes>,
+    /// Whether `value` is GET's cached reply: an entry may hold other
+    /// reads of the key only.
+    has_value: bool,
+    /// When `value` stops being served.
     deadline: Instant,
     /// A value the proxy wrote: when the write was acknowledged (its
     /// stamp, see [`L1::release_written`]). `None` for a fill.
     written: Option<Instant>,
+    /// Other cached reads of the key (HGETALL, STRLEN, …): they live and
+    /// die with the entry, so any invalidation of the key drops them all.
+    reads: Option<Arc<[reads::Read]>>,
 }
 
 /// A borrowed key, hashed and compared exactly like [`CacheKey`], so
@@ -134,6 +141,7 @@ impl Weighter<CacheKey, Entry> for ByBytes {
         k.key.as_slice().len() as u64
             + v.value.as_ref().map_or(0, |b| b.len() as u64)
             + ENTRY_OVERHEAD
+            + v.reads.as_deref().map_or(0, reads::weight)
     }
 }
 
@@ -280,9 +288,14 @@ impl L1 {
         }
         let k = KeyRef { db, key };
         match cache.get(&k) {
-            Some(e) if e.deadline > now => {
+            Some(e) if e.has_value && e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
                 Lookup::Hit(e.value)
+            }
+            // Other reads of the key may still be good.
+            Some(e) if e.reads.is_some() => {
+                Stats::add(&self.stats.misses, 1);
+                Lookup::Miss
             }
             Some(_) => {
                 cache.remove(&k);
@@ -346,14 +359,19 @@ impl L1 {
         // Own the bytes: a value sliced out of an upstream read buffer would
         // keep the whole buffer alive for as long as the entry lives.
         let value = value.map(|v| Bytes::copy_from_slice(&v));
+        // Other reads of the key cached since the ticket was taken stay:
+        // an invalidation since then is caught by the check below.
+        let reads = self.live_reads(cache, db, &key, t.started);
         // The deadline counts from when the fetch was sent: the upstream
         // measured its TTL later, so the entry never outlives the key.
         cache.insert(
             CacheKey::new(db, &key),
             Entry {
                 value,
+                has_value: true,
                 deadline: t.started + ttl,
                 written: None,
+                reads,
             },
         );
         if self.raced(&t) {
@@ -404,11 +422,14 @@ impl L1 {
         let mut replaces = false;
         if cache.contains_key(&KeyRef { db, key }) {
             let overwrite = |_: &CacheKey, e: &mut Entry| {
-                if e.value.as_ref().is_none_or(|old| value.len() > old.len()) {
+                if !e.has_value || e.value.as_ref().is_none_or(|old| value.len() > old.len()) {
                     return EntryAction::Retain(false);
                 }
                 e.deadline = deadline;
                 e.written = Some(now);
+                e.has_value = true;
+                // The write changed the key: its other reads are stale.
+                e.reads = None;
                 overwrite_value(&mut e.value, value);
                 EntryAction::Retain(true)
             };
@@ -430,8 +451,10 @@ impl L1 {
             CacheKey::new(db, key),
             Entry {
                 value: Some(Bytes::copy_from_slice(value)),
+                has_value: true,
                 deadline,
                 written: Some(now),
+                reads: None,
             },
         );
         // The entry this write replaced is not an eviction.
@@ -533,6 +556,9 @@ impl L1 {
         }
     }
 }
+
+mod reads;
+pub use reads::ReadLookup;
 
 #[cfg(test)]
 mod tests;
