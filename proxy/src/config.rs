@@ -185,6 +185,9 @@ pub struct Config {
     pub threads: usize,
     /// L1 cache settings.
     pub l1: L1Config,
+    /// `--l1-commands`: the reads besides GET and MGET the L1 caches
+    /// (lower-case names).
+    pub l1_commands: Vec<String>,
     /// How SETs are acknowledged.
     pub write_mode: WriteMode,
     /// `--write-journal`: where write-behind writes are recorded before
@@ -240,6 +243,9 @@ impl Config {
             return Err(err("--maxclients", "must be at least 1"));
         }
         let l1 = sections::l1(&o)?;
+        let l1_commands =
+            crate::cmd::reads::parse_allowed(o.l1_commands.as_deref().unwrap_or("all"))
+                .map_err(|e| err("--l1-commands", e))?;
         let (output_limit_pubsub, output_limit_normal) =
             output_limits(&o.client_output_buffer_limit)?;
         let requirepass = sections::requirepass(&o, listen)?;
@@ -259,6 +265,7 @@ impl Config {
             hotkeys_sample,
             prefix_stats,
             l1,
+            l1_commands,
             output_limit_pubsub,
             output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),

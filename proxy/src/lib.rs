@@ -69,8 +69,9 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         ));
     }
     let value = Value::decode(&reply).map_err(|e| StartError::CommandTable(e.to_string()))?;
-    let table =
+    let mut table =
         cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
+    table.allow_reads(&config.l1_commands);
     let topo = upstream.topology();
     let masters: Vec<String> = topo.nodes().iter().map(|n| n.addr().to_string()).collect();
     tracing::info!(

@@ -113,6 +113,7 @@ fn to_resp3(v: Value, shape: Shape) -> Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -137,14 +138,22 @@ mod tests {
         both(Shape::Plain, "$-1\r\n", "_\r\n");
         both(Shape::Plain, ":3\r\n", ":3\r\n");
         both(Shape::Plain, "+hash\r\n", "+hash\r\n");
-        both(Shape::Plain, "*2\r\n$1\r\n1\r\n$-1\r\n", "*2\r\n$1\r\n1\r\n_\r\n");
+        both(
+            Shape::Plain,
+            "*2\r\n$1\r\n1\r\n$-1\r\n",
+            "*2\r\n$1\r\n1\r\n_\r\n",
+        );
         both(
             Shape::Map,
             "*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n",
             "%2\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n",
         );
         both(Shape::Map, "*0\r\n", "%0\r\n");
-        both(Shape::Set, "*2\r\n$1\r\ny\r\n$1\r\nx\r\n", "~2\r\n$1\r\ny\r\n$1\r\nx\r\n");
+        both(
+            Shape::Set,
+            "*2\r\n$1\r\ny\r\n$1\r\nx\r\n",
+            "~2\r\n$1\r\ny\r\n$1\r\nx\r\n",
+        );
         both(Shape::Set, "*0\r\n", "~0\r\n");
         both(
             Shape::Double,

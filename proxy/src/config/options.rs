@@ -179,6 +179,12 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_L1_CACHE_NIL", value_name = "SECS")]
     pub l1_cache_nil: Option<f64>,
 
+    /// Reads the L1 caches besides GET and MGET (always cached while the L1
+    /// is on): a comma-separated list of command names, or `all`
+    /// [default: all].
+    #[arg(long, env = "SIDECACHE_L1_COMMANDS", value_name = "LIST")]
+    pub l1_commands: Option<String>,
+
     /// Cache only keys with this prefix (repeatable; default: all keys).
     #[arg(
         long,
@@ -351,6 +357,7 @@ impl Options {
             l1_max_value_bytes,
             l1_ttl_cap,
             l1_cache_nil,
+            l1_commands,
             tracking,
             peer_invalidation_channel,
             l1_include_prefix,

@@ -93,6 +93,9 @@ fn l1(s: &Shared, o: &mut Out) {
     o.counter("sidecache_l1_evictions_total", &[], st.evictions);
     o.counter("sidecache_l1_invalidations_total", &[], st.invalidations);
     o.counter("sidecache_l1_writes_total", &[], st.writes);
+    o.counter("sidecache_l1_read_hits_total", &[], st.read_hits);
+    o.counter("sidecache_l1_read_misses_total", &[], st.read_misses);
+    o.counter("sidecache_l1_read_fills_total", &[], st.read_fills);
     o.counter("sidecache_l1_written_released_total", &[], st.released);
     o.gauge("sidecache_l1_entries", &[], st.entries as f64);
     o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
