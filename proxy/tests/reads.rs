@@ -372,3 +372,144 @@ async fn cluster_hgetall_hits_stay_local_and_another_sidecaches_hset_is_seen() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Random writes made directly to Redis (another writer) while every read
+/// of the written key is cached through sidecache: after each write, each
+/// read through sidecache equals Redis's own reply within the invalidation
+/// bound, in RESP2 and RESP3, standalone and cluster.
+async fn other_writers_random(upstream: &str, direct: Vec<String>, cluster: bool) {
+    let proxy = Proxy::start(upstream, &[]).await;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // The direct connection owning each key (cluster: by slot).
+    async fn owner(direct: &[String], key: &str, cluster: bool, proto: u8) -> TcpStream {
+        if !cluster {
+            return connect(&direct[0], proto).await;
+        }
+        for d in direct {
+            let mut s = connect(d, proto).await;
+            let r = one(&mut s, &format!("TYPE {key}")).await;
+            if !r.starts_with(b"-MOVED") {
+                return s;
+            }
+        }
+        panic!("no master owns {key}");
+    }
+    let mut times = Vec::new();
+    for round in 0..120 {
+        let proto = if round % 2 == 0 { 2 } else { 3 };
+        let ty = next(4);
+        let key = format!("{}:{}", ["h", "s", "z", "l"][ty as usize], next(5));
+        let mut d = owner(&direct, &key, cluster, proto).await;
+        let mut p = connect(&proxy.addr.to_string(), proto).await;
+        let (writes, reads): (Vec<String>, Vec<String>) = match ty {
+            0 => (
+                vec![
+                    format!("HSET {key} f{} v{}", next(4), next(100)),
+                    format!("HDEL {key} f{}", next(4)),
+                    format!("HINCRBY {key} n 1"),
+                ],
+                ["HGETALL", "HLEN", "HKEYS", "HVALS"]
+                    .iter()
+                    .map(|c| format!("{c} {key}"))
+                    .chain([
+                        format!("HGET {key} f1"),
+                        format!("HMGET {key} f0 f1 f2"),
+                        format!("HEXISTS {key} f2"),
+                        format!("HSTRLEN {key} f3"),
+                    ])
+                    .collect(),
+            ),
+            1 => (
+                vec![
+                    format!("SADD {key} m{}", next(6)),
+                    format!("SREM {key} m{}", next(6)),
+                ],
+                vec![
+                    format!("SMEMBERS {key}"),
+                    format!("SCARD {key}"),
+                    format!("SISMEMBER {key} m1"),
+                    format!("SMISMEMBER {key} m0 m1 m2"),
+                ],
+            ),
+            2 => (
+                vec![
+                    format!("ZADD {key} {}.5 m{}", next(10), next(6)),
+                    format!("ZINCRBY {key} 1 m{}", next(6)),
+                    format!("ZREM {key} m{}", next(6)),
+                ],
+                vec![
+                    format!("ZRANGE {key} 0 -1 WITHSCORES"),
+                    format!("ZRANGE {key} 0 -1"),
+                    format!("ZRANGE {key} +inf 2 BYSCORE REV LIMIT 0 3 WITHSCORES"),
+                    format!("ZSCORE {key} m1"),
+                    format!("ZMSCORE {key} m0 m1"),
+                    format!("ZCARD {key}"),
+                    format!("ZCOUNT {key} 2 8"),
+                ],
+            ),
+            _ => (
+                vec![
+                    format!("RPUSH {key} e{}", next(9)),
+                    format!("LPOP {key}"),
+                    format!("LSET {key} 0 x{}", next(9)),
+                ],
+                vec![
+                    format!("LRANGE {key} 0 -1"),
+                    format!("LLEN {key}"),
+                    format!("LINDEX {key} 0"),
+                    format!("TYPE {key}"),
+                    format!("EXISTS {key}"),
+                ],
+            ),
+        };
+        // Cache every read (twice through sidecache), then write directly.
+        for r in &reads {
+            one(&mut p, r).await;
+            one(&mut p, r).await;
+        }
+        let w = &writes[next(writes.len() as u64) as usize];
+        one(&mut d, w).await;
+        for r in &reads {
+            let want = one(&mut d, r).await;
+            let t0 = Instant::now();
+            loop {
+                let got = one(&mut p, r).await;
+                if got == want {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < BOUND,
+                    "RESP{proto} {r} after a direct {w}: {:?}, Redis says {:?}",
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&want)
+                );
+                tokio::task::yield_now().await;
+            }
+            times.push(t0.elapsed());
+        }
+    }
+    report(
+        &format!("random reads after another writer's write (cluster: {cluster})"),
+        times,
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_writers_random_standalone() {
+    let redis = RedisServer::start(&[]);
+    other_writers_random(&redis.url(), vec![redis.addr()], false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_writers_random_cluster() {
+    let cluster = Cluster::start();
+    let direct = cluster.nodes.iter().map(|n| n.addr()).collect();
+    other_writers_random(&cluster.seed_url(), direct, true).await;
+}
