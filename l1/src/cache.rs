@@ -104,11 +104,9 @@ impl Eq for CacheKey {}
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// `None`: a cached nil (or no GET cached, see `has_value`).
+    /// `None`: a cached nil (or, in an entry holding other reads only, no
+    /// GET cached: its deadline is then [`L1`]'s `born`, before any lookup).
     value: Option<Bytes>,
-    /// Whether `value` is GET's cached reply: an entry may hold other
-    /// reads of the key only.
-    has_value: bool,
     /// When `value` stops being served.
     deadline: Instant,
     /// A value the proxy wrote: when the write was acknowledged (its
@@ -116,7 +114,7 @@ struct Entry {
     written: Option<Instant>,
     /// Other cached reads of the key (HGETALL, STRLEN, …): they live and
     /// die with the entry, so any invalidation of the key drops them all.
-    reads: Option<Arc<[reads::Read]>>,
+    reads: Option<Arc<reads::Reads>>,
 }
 
 /// A borrowed key, hashed and compared exactly like [`CacheKey`], so
@@ -217,6 +215,9 @@ pub struct L1 {
     used_dbs: AtomicU64,
     /// The highest database that ever held an entry.
     max_db: AtomicU32,
+    /// When the cache was made: no lookup's clock is earlier, so an entry
+    /// with this deadline holds no GET value (only other reads).
+    born: Instant,
 }
 
 impl std::fmt::Debug for L1 {
@@ -252,6 +253,7 @@ impl L1 {
             stats,
             used_dbs: AtomicU64::new(0),
             max_db: AtomicU32::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -288,7 +290,7 @@ impl L1 {
         }
         let k = KeyRef { db, key };
         match cache.get(&k) {
-            Some(e) if e.has_value && e.deadline > now => {
+            Some(e) if e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
                 Lookup::Hit(e.value)
             }
@@ -368,7 +370,6 @@ impl L1 {
             CacheKey::new(db, &key),
             Entry {
                 value,
-                has_value: true,
                 deadline: t.started + ttl,
                 written: None,
                 reads,
@@ -422,12 +423,11 @@ impl L1 {
         let mut replaces = false;
         if cache.contains_key(&KeyRef { db, key }) {
             let overwrite = |_: &CacheKey, e: &mut Entry| {
-                if !e.has_value || e.value.as_ref().is_none_or(|old| value.len() > old.len()) {
+                if e.value.as_ref().is_none_or(|old| value.len() > old.len()) {
                     return EntryAction::Retain(false);
                 }
                 e.deadline = deadline;
                 e.written = Some(now);
-                e.has_value = true;
                 // The write changed the key: its other reads are stale.
                 e.reads = None;
                 overwrite_value(&mut e.value, value);
@@ -451,7 +451,6 @@ impl L1 {
             CacheKey::new(db, key),
             Entry {
                 value: Some(Bytes::copy_from_slice(value)),
-                has_value: true,
                 deadline,
                 written: Some(now),
                 reads: None,

@@ -35,9 +35,15 @@ pub(super) struct Read {
     deadline: Instant,
 }
 
+/// An entry's reads (behind one thin pointer: the entry of a key with
+/// none grows by 8 bytes only).
+#[derive(Debug)]
+pub(super) struct Reads(Box<[Read]>);
+
 /// The weight of an entry's reads.
-pub(super) fn weight(reads: &[Read]) -> u64 {
+pub(super) fn weight(reads: &Reads) -> u64 {
     reads
+        .0
         .iter()
         .map(|r| r.sig.len() as u64 + r.reply.len() as u64 + READ_OVERHEAD)
         .sum()
@@ -72,6 +78,7 @@ impl L1 {
         }
         let hit = cache.get(&KeyRef { db, key }).and_then(|e| {
             e.reads?
+                .0
                 .iter()
                 .find(|r| r.deadline > now && matches(&r.sig))
                 .map(|r| (r.reply.clone(), r.tag))
@@ -138,7 +145,7 @@ impl L1 {
                 let mut reads: Vec<Read> = e
                     .reads
                     .as_deref()
-                    .unwrap_or_default()
+                    .map_or(&[][..], |r| &r.0)
                     .iter()
                     .filter(|r| r.deadline > now && r.sig != read.sig)
                     .cloned()
@@ -147,15 +154,15 @@ impl L1 {
                     reads.drain(..=reads.len() - MAX_READS_PER_KEY);
                 }
                 reads.push(read);
-                e.reads = Some(reads.into());
+                e.reads = Some(Arc::new(Reads(reads.into())));
                 e
             }
             None => Entry {
                 value: None,
-                has_value: false,
-                deadline: t.started,
+                // No GET value: no lookup is earlier than `born`.
+                deadline: self.born,
                 written: None,
-                reads: Some(Arc::from([read])),
+                reads: Some(Arc::new(Reads(Box::new([read])))),
             },
         };
         insert(cache, db, key, entry);
@@ -177,9 +184,9 @@ impl L1 {
         db: u16,
         key: &[u8],
         at: Instant,
-    ) -> Option<Arc<[Read]>> {
+    ) -> Option<Arc<Reads>> {
         let reads = cache.get(&KeyRef { db, key })?.reads?;
-        reads.iter().any(|r| r.deadline > at).then_some(reads)
+        reads.0.iter().any(|r| r.deadline > at).then_some(reads)
     }
 }
 
