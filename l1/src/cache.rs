@@ -492,6 +492,20 @@ impl L1 {
         dropped
     }
 
+    /// Whether the L1 holds an entry for `key` that the invalidation
+    /// channel follows (every change of the key drops it first): one
+    /// filled by a read, or (`written_too`: BCAST tracking, which hears of
+    /// every key) one the proxy wrote. Under OPTIN a written value is not
+    /// followed: Redis forgets a key for the connection that writes it.
+    pub fn followed(&self, db: u16, key: &[u8], written_too: bool) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        cache
+            .get(&KeyRef { db, key })
+            .is_some_and(|e| written_too || e.written.is_none())
+    }
+
     /// Drops a key (a write through the proxy touched it).
     pub fn invalidate(&self, db: u16, key: &Bytes) {
         let Some(cache) = &self.cache else { return };

@@ -58,6 +58,7 @@ mod flush;
 mod route;
 mod serve;
 mod subscribed;
+mod tracked;
 mod tx;
 mod write;
 
@@ -236,6 +237,11 @@ pub struct Client {
     scratch: BytesMut,
     wbuf: BytesMut,
     keys: Vec<usize>,
+    /// CLIENT TRACKING: the keys of this batch's tracked reads (see
+    /// `tracked`).
+    tracked_reads: Vec<(u16, Bytes)>,
+    /// CLIENT TRACKING: a CLIENT CACHING was followed by a command.
+    caching_used: bool,
     batch_bytes: usize,
     commands: u64,
     /// Whether this batch holds a write not yet acknowledged upstream: its
@@ -315,6 +321,7 @@ impl Client {
             authenticated: shared.config.requirepass.is_none(),
             entry,
             reply: local::ReplyMode::On,
+            tracking: Default::default(),
         };
         shared.with_clients(|c| {
             c.insert(id, st.entry.clone());
@@ -339,6 +346,8 @@ impl Client {
             scratch: BytesMut::with_capacity(1024),
             wbuf: BytesMut::with_capacity(16 * 1024),
             keys: Vec::new(),
+            tracked_reads: Vec::new(),
+            caching_used: false,
             batch_bytes: 0,
             commands: 0,
             batch_writes: false,

@@ -61,6 +61,7 @@ pub mod glob;
 mod link;
 pub mod monitor;
 mod outbox;
+pub mod tracking;
 
 pub use outbox::{Outbox, OutputLimit};
 
@@ -139,6 +140,10 @@ pub enum Delivery {
     Lost,
     /// A MONITOR line, encoded.
     Monitor(Bytes),
+    /// CLIENT TRACKING: a key changed (`None`: every key may have).
+    Invalidate(Option<Bytes>),
+    /// CLIENT TRACKING: the REDIRECT client (this id) left.
+    RedirectBroken(u64),
 }
 
 impl Delivery {
@@ -149,6 +154,8 @@ impl Delivery {
             Delivery::ShardUnsubscribed(c) => c.len() + 48,
             Delivery::Lost => 0,
             Delivery::Monitor(l) => l.len(),
+            Delivery::Invalidate(k) => k.as_ref().map_or(0, Bytes::len) + 48,
+            Delivery::RedirectBroken(_) => 48,
         }
     }
 }

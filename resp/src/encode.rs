@@ -80,6 +80,14 @@ impl Reply<'_> {
         put_header(self.out, b'*', n as i64);
     }
 
+    /// Set header (`~n`, or an array in RESP2).
+    pub fn set(&mut self, n: usize) {
+        match self.proto {
+            Proto::Resp2 => put_header(self.out, b'*', n as i64),
+            Proto::Resp3 => put_header(self.out, b'~', n as i64),
+        }
+    }
+
     /// Map header (`%n`, or an array of 2n in RESP2).
     pub fn map(&mut self, n: usize) {
         match self.proto {

@@ -12,6 +12,7 @@ use crate::server::state::{ClientEntry, Shared};
 
 pub mod name;
 mod sidecache;
+pub mod tracking;
 pub use name::Local;
 
 /// Per-connection session state.
@@ -30,6 +31,8 @@ pub struct ClientState {
     /// CLIENT REPLY: replies are written (`On`), dropped (`Off`), or
     /// dropped for this many more commands (`Skip`).
     pub reply: ReplyMode,
+    /// CLIENT TRACKING.
+    pub tracking: tracking::Tracking,
 }
 
 /// The state CLIENT REPLY sets.
@@ -101,6 +104,7 @@ pub fn run(
             st.entry.name.clear();
             st.entry.db = 0;
             st.entry.resp = 2;
+            st.tracking = tracking::Tracking::default();
             publish(st, shared);
             Reply {
                 out,
@@ -437,8 +441,19 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
         b"id" | b"getname" | b"setname" | b"setinfo" | b"info" | b"no-evict" | b"no-touch" => {
             wrong(r)
         }
-        b"kill" | b"pause" | b"unpause" | b"tracking" | b"caching" | b"getredir"
-        | b"trackinginfo" | b"unblock" => r.error(&format!(
+        b"tracking" => {
+            let exists = |id: u64| shared.with_clients(|c| c.contains_key(&id));
+            tracking::tracking(args, &mut st.tracking, exists, r);
+        }
+        b"caching" => tracking::caching(args, &mut st.tracking, r),
+        b"getredir" if argc == 2 => tracking::getredir(&st.tracking, r),
+        b"trackinginfo" if argc == 2 => {
+            let redirect = st.tracking.redirect;
+            let gone = redirect != 0 && !shared.with_clients(|c| c.contains_key(&redirect));
+            tracking::trackinginfo(&st.tracking, gone, r);
+        }
+        b"getredir" | b"trackinginfo" => wrong(r),
+        b"kill" | b"pause" | b"unpause" | b"unblock" => r.error(&format!(
             "ERR CLIENT {} is not supported by sidecache",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
         )),

@@ -338,7 +338,7 @@ impl Client {
         match inval {
             Inval::Keys(keys) => {
                 for k in keys {
-                    self.shared.invalidate(self.st.db, k);
+                    self.shared.invalidate_from(self.st.db, k, Some(self.st.id));
                 }
             }
             Inval::All => self.shared.invalidate_all(),

@@ -48,6 +48,9 @@ impl Client {
         let start = self.scratch.len();
         let outcome = local::run(cmd, args, &mut self.st, &self.shared, &mut self.scratch);
         self.pending.push(Pending::Local(start..self.scratch.len()));
+        if matches!(cmd, Local::Client | Local::Reset | Local::Hello) {
+            self.tracking_changed();
+        }
         match outcome {
             Outcome::Continue => Flow::Continue,
             Outcome::Close => Flow::Close,

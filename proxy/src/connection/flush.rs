@@ -53,6 +53,9 @@ impl Client {
             self.flush_open_tx().await;
         }
         self.end_batch(largest, errors);
+        if !self.tracked_reads.is_empty() {
+            self.end_tracked_reads();
+        }
     }
 
     /// Sends each node's pipeline as one [`Upstream::submit`] (which first

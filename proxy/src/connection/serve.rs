@@ -50,6 +50,9 @@ pub async fn serve<S>(
                     if shared.pubsub.monitoring() {
                         client.monitor_feed(&req);
                     }
+                    if client.st.tracking.on {
+                        client.track_read(&req);
+                    }
                     let flow = if client.session_active() {
                         client.dispatch_in_session(&req).await
                     } else if client.subs.is_some() {
@@ -140,8 +143,23 @@ pub async fn serve<S>(
         // and free per batch of forwarded commands).
         req.raw = Bytes::new();
         req.args.clear();
+        // Messages queued for it while the batch ran (CLIENT TRACKING
+        // invalidations of what it just read) go out now, behind its
+        // replies, not only when it next waits.
+        if client.subs.is_some() {
+            match client.take_ready() {
+                Some(0) => {}
+                Some(weight) => {
+                    if client.write_watched(&mut stream).await.is_err() {
+                        break;
+                    }
+                    client.delivered(weight);
+                }
+                None => break,
+            }
+        }
         // A subscriber mostly waits: it keeps small buffers.
-        let least = if client.subs.is_some() {
+        let least = if client.timeout_exempt() {
             if rbuf.is_empty() && rbuf.capacity() > 4 * 1024 {
                 rbuf = BytesMut::new();
             }
@@ -190,6 +208,7 @@ impl Drop for Client {
     fn drop(&mut self) {
         self.leave_pubsub();
         let id = self.st.id;
+        self.shared.tracked.remove(id);
         self.shared.with_clients(|c| c.remove(&id));
     }
 }

@@ -101,10 +101,14 @@ impl Client {
             .is_some_and(|s| s.monitor || s.total() > 0)
     }
 
-    fn subs_mut(&mut self) -> &mut Subs {
+    pub(super) fn subs_mut(&mut self) -> &mut Subs {
         let hub = &self.shared.pubsub;
+        let tracked = &self.shared.tracked;
+        let id = self.st.id;
         self.subs.get_or_insert_with(|| {
             let (outbox, rx) = Outbox::new(hub);
+            // A possible CLIENT TRACKING REDIRECT target from now on.
+            tracked.add_outbox(id, &outbox);
             Box::new(Subs {
                 channels: HashSet::new(),
                 patterns: HashSet::new(),
@@ -411,6 +415,15 @@ impl Client {
                     encode::put_bulk(out, &m.channel);
                     encode::put_bulk(out, &m.payload);
                 }
+                Delivery::Invalidate(key) => self.put_invalidation(key.as_ref()),
+                Delivery::RedirectBroken(id) => {
+                    // RESP3 only: RESP2 has no push outside pub/sub.
+                    if self.st.proto == Proto::Resp3 {
+                        put_header(&mut self.wbuf, b'>', 2);
+                        encode::put_bulk(&mut self.wbuf, b"tracking-redir-broken");
+                        put_header(&mut self.wbuf, b':', id as i64);
+                    }
+                }
                 Delivery::ShardUnsubscribed(name) => {
                     let push = self.push_kind();
                     let before = self.in_pubsub();
@@ -434,6 +447,40 @@ impl Client {
             next = self.subs.as_mut().and_then(|s| s.rx.try_recv().ok());
         }
         Some(weight)
+    }
+
+    /// A CLIENT TRACKING invalidation, as Redis writes it to this client:
+    /// a push in RESP3; in RESP2 a message on `__redis__:invalidate` if
+    /// the client is subscribed to anything (a REDIRECT target), else
+    /// nothing (RESP2 has no push outside pub/sub).
+    fn put_invalidation(&mut self, key: Option<&Bytes>) {
+        let out = &mut self.wbuf;
+        let body = |out: &mut BytesMut, nil: &[u8]| match key {
+            Some(k) => {
+                put_header(out, b'*', 1);
+                encode::put_bulk(out, k);
+            }
+            None => out.extend_from_slice(nil),
+        };
+        if self.st.proto == Proto::Resp3 {
+            put_header(out, b'>', 2);
+            encode::put_bulk(out, b"invalidate");
+            body(out, b"_\r\n");
+        } else if self.subs.as_ref().is_some_and(|s| s.total() > 0) {
+            put_header(out, b'*', 3);
+            encode::put_bulk(out, b"message");
+            encode::put_bulk(out, b"__redis__:invalidate");
+            body(out, b"$-1\r\n");
+        }
+    }
+
+    /// Writes what the outbox holds now, without waiting: `Some(weight)`
+    /// (0: nothing), or `None` when the client must be closed.
+    pub(super) fn take_ready(&mut self) -> Option<usize> {
+        match self.subs.as_mut().map(|s| s.rx.try_recv()) {
+            Some(Ok(d)) => self.take_deliveries(d),
+            _ => Some(0),
+        }
     }
 
     /// `weight` outbox bytes reached the client.

@@ -312,12 +312,17 @@ impl Client {
         for &(k, v) in &plan.pairs {
             self.observe_write(&args[k]);
             if plan.expiry == Expiry::KeepTtl {
-                self.shared.invalidate(db, &args[k]);
+                self.shared.invalidate_from(db, &args[k], Some(self.st.id));
             } else {
                 self.shared
                     .l1
                     .insert_written(db, &args[k], &args[v], deadline, now);
                 self.shared.flights.forget(db, &args[k]);
+                if self.shared.tracked.active() {
+                    self.shared
+                        .tracked
+                        .invalidate(std::slice::from_ref(&args[k]), Some(self.st.id));
+                }
             }
         }
         // Fetches later in this batch must not join other clients' flights.

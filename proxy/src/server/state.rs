@@ -150,6 +150,8 @@ pub struct Shared {
     pub hotkeys: crate::metrics::hotkeys::HotKeys,
     /// Shared upstream subscriptions and the MONITOR feed.
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
+    /// CLIENT TRACKING: which client follows which key.
+    pub tracked: crate::pubsub::tracking::Tracked,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -167,6 +169,7 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
+            tracked: crate::pubsub::tracking::Tracked::default(),
             test_panic: std::env::var_os("SIDECACHE_TEST_PANIC").is_some_and(|v| v == "1"),
             pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
                 config.output_limit_pubsub,
@@ -190,15 +193,27 @@ impl Shared {
     }
 
     /// Drops a key from the L1 and forgets its flight: a write touched it.
+    /// Tracking clients that read it are told.
     pub fn invalidate(&self, db: u16, key: &Bytes) {
-        self.l1.invalidate(db, key);
-        self.flights.forget(db, key);
+        self.invalidate_from(db, key, None);
     }
 
-    /// Drops everything cached (FLUSHALL, keys that cannot be known).
+    /// [`Shared::invalidate`] for a write of client `origin` (whose NOLOOP
+    /// tracking is not told of it).
+    pub fn invalidate_from(&self, db: u16, key: &Bytes, origin: Option<u64>) {
+        self.l1.invalidate(db, key);
+        self.flights.forget(db, key);
+        if self.tracked.active() {
+            self.tracked.invalidate(std::slice::from_ref(key), origin);
+        }
+    }
+
+    /// Drops everything cached (FLUSHALL, keys that cannot be known);
+    /// tracking clients are told to drop everything too.
     pub fn invalidate_all(&self) {
         self.l1.clear();
         self.flights.forget_all();
+        self.tracked.flush();
     }
 
     /// Each invalidation channel and whether it is up: one per master
@@ -294,8 +309,12 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             return;
         };
         for k in keys {
-            shared.l1.for_used_dbs(|db| shared.invalidate(db, k));
+            shared.l1.for_used_dbs(|db| {
+                shared.l1.invalidate(db, k);
+                shared.flights.forget(db, k);
+            });
         }
+        shared.tracked.invalidate(keys, None);
     }
 
     fn reset_node(&self, node: &sidecache_pool::NodeAddr) {
@@ -326,6 +345,8 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
                 .unwrap_or(true)
         });
         shared.flights.forget_all();
+        // Tracking clients cannot be told which keys: everything.
+        shared.tracked.flush();
     }
 
     fn reset_all(&self) {

@@ -1,0 +1,237 @@
+//! CLIENT TRACKING served to sidecache's own clients, side by side with a
+//! direct connection to the same Redis: the same commands, the same replies
+//! and the same invalidation messages (RESP3 pushes, RESP2 REDIRECT
+//! messages), for default mode, OPTIN, OPTOUT, BCAST with PREFIX, NOLOOP,
+//! REDIRECT and FLUSHALL; and a read of a key sidecache does not follow is
+//! invalidated at once.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::{enc, raw_on, Cluster, Proxy, RedisServer};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+async fn one(s: &mut TcpStream, line: &str) -> String {
+    String::from_utf8_lossy(&raw_on(s, enc(line).as_bytes(), 1).await).into_owned()
+}
+
+/// Whatever arrives on `s` within `wait` (pushes, messages).
+async fn arrived(s: &mut TcpStream, wait: Duration) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = tokio::time::Instant::now() + wait;
+    while let Ok(Ok(n)) = tokio::time::timeout_at(end, s.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn push(key: &str) -> String {
+    format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n", key.len())
+}
+
+/// The pushes in `s`, sorted: messages about different keys may come in
+/// another order through sidecache (each master's, and each of its fill
+/// connections', invalidations travel on their own connection).
+fn messages(s: &str) -> Vec<String> {
+    let mut m: Vec<String> = s
+        .split(">2\r\n")
+        .filter(|p| !p.is_empty())
+        .map(|p| format!(">2\r\n{p}"))
+        .collect();
+    m.sort();
+    m
+}
+
+const NULL_PUSH: &str = ">2\r\n$10\r\ninvalidate\r\n_\r\n";
+const WAIT: Duration = Duration::from_millis(300);
+
+/// One scenario run against `addr` (sidecache or Redis), writes made by
+/// `writer` (always direct to Redis): what the tracking client saw.
+async fn scenario(addr: &str, writer: &str) -> Vec<String> {
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    let mut seen = Vec::new();
+    for k in ["a", "b", "c", "user:1", "other"] {
+        one(&mut w, &format!("SET {k} 0")).await;
+    }
+    // Default mode, RESP3.
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    seen.push(one(&mut t, "CLIENT TRACKING ON").await);
+    seen.push(one(&mut t, "GET a").await);
+    seen.push(one(&mut t, "MGET b c").await);
+    one(&mut w, "SET a 1").await;
+    seen.push(arrived(&mut t, WAIT).await);
+    one(&mut w, "MSET b 1 c 1").await;
+    seen.push(arrived(&mut t, WAIT).await);
+    // Not read again: no second message.
+    one(&mut w, "SET a 2").await;
+    seen.push(arrived(&mut t, WAIT).await);
+    // Its own write: the reply, then the message.
+    seen.push(one(&mut t, "GET a").await);
+    one(&mut t, "SET a 3").await;
+    seen.push(arrived(&mut t, WAIT).await);
+    seen.push(one(&mut t, "CLIENT TRACKINGINFO").await);
+    seen.push(one(&mut t, "CLIENT GETREDIR").await);
+    seen.push(one(&mut t, "CLIENT TRACKING OFF").await);
+    seen.push(one(&mut t, "GET b").await);
+    one(&mut w, "SET b 2").await;
+    seen.push(arrived(&mut t, WAIT).await);
+
+    // NOLOOP: its own writes say nothing, others' do.
+    let mut n = TcpStream::connect(addr).await.unwrap();
+    one(&mut n, "HELLO 3").await;
+    seen.push(one(&mut n, "CLIENT TRACKING ON NOLOOP").await);
+    seen.push(one(&mut n, "GET c").await);
+    seen.push(one(&mut n, "SET c 5").await);
+    seen.push(arrived(&mut n, WAIT).await);
+    seen.push(one(&mut n, "GET c").await);
+    one(&mut w, "SET c 6").await;
+    seen.push(arrived(&mut n, WAIT).await);
+
+    // OPTIN: only after CLIENT CACHING YES.
+    let mut o = TcpStream::connect(addr).await.unwrap();
+    one(&mut o, "HELLO 3").await;
+    seen.push(one(&mut o, "CLIENT TRACKING ON OPTIN").await);
+    seen.push(one(&mut o, "GET a").await);
+    one(&mut w, "SET a 4").await;
+    seen.push(arrived(&mut o, WAIT).await);
+    seen.push(one(&mut o, "CLIENT CACHING YES").await);
+    seen.push(one(&mut o, "GET a").await);
+    one(&mut w, "SET a 5").await;
+    seen.push(arrived(&mut o, WAIT).await);
+
+    // OPTOUT: all but after CLIENT CACHING NO.
+    let mut x = TcpStream::connect(addr).await.unwrap();
+    one(&mut x, "HELLO 3").await;
+    seen.push(one(&mut x, "CLIENT TRACKING ON OPTOUT").await);
+    seen.push(one(&mut x, "CLIENT CACHING NO").await);
+    seen.push(one(&mut x, "GET b").await);
+    one(&mut w, "SET b 3").await;
+    seen.push(arrived(&mut x, WAIT).await);
+    seen.push(one(&mut x, "GET b").await);
+    one(&mut w, "SET b 4").await;
+    seen.push(arrived(&mut x, WAIT).await);
+
+    // BCAST with a prefix: changes under it (through sidecache: of the
+    // keys it follows, so read through it, and of every key written
+    // through it).
+    let mut bc = TcpStream::connect(addr).await.unwrap();
+    one(&mut bc, "HELLO 3").await;
+    seen.push(one(&mut bc, "CLIENT TRACKING ON BCAST PREFIX user:").await);
+    seen.push(one(&mut bc, "GET user:1").await);
+    seen.push(arrived(&mut bc, WAIT).await);
+    one(&mut w, "SET user:1 x").await;
+    one(&mut w, "SET other x").await;
+    seen.push(arrived(&mut bc, WAIT).await);
+
+    // REDIRECT to a RESP2 subscriber; FLUSHALL is one message with no keys.
+    let mut r = TcpStream::connect(addr).await.unwrap();
+    let id = one(&mut r, "CLIENT ID").await;
+    let id = id.trim_start_matches(':').trim_end();
+    one(&mut r, "SUBSCRIBE __redis__:invalidate").await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    seen.push(one(&mut c, &format!("CLIENT TRACKING ON REDIRECT {id}")).await);
+    seen.push(one(&mut c, "GET a").await);
+    one(&mut w, "SET a 6").await;
+    seen.push(arrived(&mut r, WAIT).await);
+    seen.push(one(&mut c, "GET a").await);
+    one(&mut w, "FLUSHALL").await;
+    seen.push(arrived(&mut r, WAIT).await);
+    seen.push(arrived(&mut bc, Duration::from_millis(50)).await);
+    seen.push(arrived(&mut t, Duration::from_millis(50)).await);
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_clients_see_what_redis_would_send() {
+    let redis = RedisServer::start(&[]);
+    let direct = scenario(&redis.addr(), &redis.addr()).await;
+    for mode in ["optin", "bcast"] {
+        let proxy = Proxy::start(&redis.url(), &["--tracking", mode]).await;
+        let through = scenario(&proxy.addr.to_string(), &redis.addr()).await;
+        for (i, (d, p)) in direct.iter().zip(&through).enumerate() {
+            assert_eq!(
+                messages(p),
+                messages(d),
+                "step {i} ({mode}): sidecache {p:?}, Redis {d:?}"
+            );
+        }
+        assert_eq!(through.len(), direct.len());
+        proxy.stop().await;
+    }
+    // The scenario saw messages at all (it could not pass on silence).
+    assert!(direct.iter().any(|s| s == &push("a")), "{direct:?}");
+    assert!(direct.iter().any(|s| s.contains("__redis__:invalidate")));
+    assert!(direct.iter().any(|s| s == NULL_PUSH), "{direct:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_sidecache_does_not_follow_is_invalidated_at_once() {
+    let redis = RedisServer::start(&[]);
+    // The L1 off: sidecache follows no key, so every tracked read is
+    // invalidated right after its reply, and no value is kept past a change.
+    let proxy = Proxy::start(&redis.url(), &["--l1-max-bytes", "0"]).await;
+    let mut w = TcpStream::connect(redis.addr()).await.unwrap();
+    one(&mut w, "SET k v").await;
+    let mut t = TcpStream::connect(proxy.addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    one(&mut t, "CLIENT TRACKING ON").await;
+    // The reply, then (in the same write or the next) the message.
+    let out = String::from_utf8_lossy(&raw_on(&mut t, enc("GET k").as_bytes(), 1).await)
+        .into_owned()
+        + &arrived(&mut t, WAIT).await;
+    assert_eq!(out, format!("$1\r\nv\r\n{}", push("k")));
+    // A key that does not exist is not cached by the L1 either.
+    let proxy2 = Proxy::start(&redis.url(), &[]).await;
+    let mut t2 = TcpStream::connect(proxy2.addr).await.unwrap();
+    one(&mut t2, "HELLO 3").await;
+    one(&mut t2, "CLIENT TRACKING ON").await;
+    let out = one(&mut t2, "GET missing").await + &arrived(&mut t2, WAIT).await;
+    assert_eq!(out, format!("_\r\n{}", push("missing")));
+    // A followed key: no message until it changes.
+    one(&mut t2, "GET k").await;
+    assert_eq!(arrived(&mut t2, WAIT).await, "");
+    one(&mut w, "SET k w").await;
+    assert_eq!(arrived(&mut t2, WAIT).await, push("k"));
+    proxy.stop().await;
+    proxy2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_tracking_clients_hear_of_every_master() {
+    let cluster = Cluster::start();
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let mut t = TcpStream::connect(proxy.addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    one(&mut t, "CLIENT TRACKING ON").await;
+    let mut p = TcpStream::connect(proxy.addr).await.unwrap();
+    // Keys on every master (they hash to different slots).
+    let keys: Vec<String> = (0..30).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        one(&mut p, &format!("SET {k} 0")).await;
+    }
+    support::drained(&proxy.addr.to_string()).await;
+    for k in &keys {
+        one(&mut t, &format!("GET {k}")).await;
+    }
+    // Settled: whatever was not followed was invalidated already.
+    arrived(&mut t, WAIT).await;
+    for k in &keys {
+        one(&mut t, &format!("GET {k}")).await;
+    }
+    assert_eq!(arrived(&mut t, WAIT).await, "", "followed keys, no change");
+    for (i, k) in keys.iter().enumerate() {
+        let node = &cluster.nodes[cluster.node_for(k)];
+        let mut d = TcpStream::connect(node.addr()).await.unwrap();
+        one(&mut d, &format!("SET {k} {i}")).await;
+        assert_eq!(arrived(&mut t, WAIT).await, push(k), "{k}");
+    }
+    proxy.stop().await;
+}
