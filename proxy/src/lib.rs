@@ -28,8 +28,8 @@
 
 pub mod cmd;
 pub mod config;
-pub mod credentials;
 pub mod connection;
+pub mod credentials;
 pub mod metrics;
 pub mod pubsub;
 pub mod server;
