@@ -108,6 +108,26 @@ pub enum LogFormat {
 pub enum Command {
     /// Print a running sidecache's hot keys (SIDECACHE HOTKEYS over RESP).
     Hotkeys(HotkeysArgs),
+    /// Print an ElastiCache IAM token signed with the AWS credential chain,
+    /// as `--upstream-iam` makes them (e.g. for `redis-cli --pass`).
+    IamToken(IamTokenArgs),
+}
+
+/// `sidecache iam-token --cache NAME --user ID [--region R] [--serverless]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IamTokenArgs {
+    /// The replication group id, or the serverless cache name.
+    #[arg(long, value_name = "NAME")]
+    pub cache: String,
+    /// The ElastiCache user id.
+    #[arg(long, value_name = "ID")]
+    pub user: String,
+    /// The AWS region [default: the AWS chain's, e.g. AWS_REGION].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// A serverless cache.
+    #[arg(long)]
+    pub serverless: bool,
 }
 
 /// `sidecache hotkeys [--by reads|misses|writes] [-n 20] [--addr ADDR]`.

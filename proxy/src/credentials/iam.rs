@@ -181,6 +181,30 @@ impl SecretSource for IamToken {
     }
 }
 
+/// `sidecache iam-token`: one token, signed now.
+///
+/// # Errors
+/// As [`IamToken::token`], or when the chain does not answer in 30 seconds.
+pub fn cli(args: &crate::config::IamTokenArgs) -> Result<String, String> {
+    let source = IamToken::new(
+        TokenRequest {
+            cache: args.cache.clone(),
+            user: args.user.clone(),
+            serverless: args.serverless,
+        },
+        args.region.clone(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), source.token())
+            .await
+            .map_err(|_| "the AWS credential chain did not answer in 30 seconds".to_owned())?
+    })
+}
+
 /// An error with its sources, on one line.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

@@ -218,7 +218,11 @@ fn pubsub_and_blocking(s: &Shared, o: &mut Out) {
 /// zero without `--upstream-iam` / `--upstream-password-file`).
 fn auth(s: &Shared, o: &mut Out) {
     let a = &s.upstream.auth().stats;
-    o.counter("sidecache_upstream_auth_refreshes_total", &[], l(&a.refreshes));
+    o.counter(
+        "sidecache_upstream_auth_refreshes_total",
+        &[],
+        l(&a.refreshes),
+    );
     o.counter(
         "sidecache_upstream_auth_refresh_failures_total",
         &[],
