@@ -294,7 +294,10 @@ mod tests {
         assert_eq!(auth.stats.refreshes.load(Ordering::Relaxed), 3);
         let mut out = BytesMut::new();
         assert!(auth.encode_auth(&mut out));
-        assert_eq!(&out[..], b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$8\r\nsecret-3\r\n");
+        assert_eq!(
+            &out[..],
+            b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$8\r\nsecret-3\r\n"
+        );
         assert_eq!(auth.reauth_interval(), Some(Duration::from_secs(600)));
     }
 

@@ -229,7 +229,9 @@ impl Connector {
 
 /// Whether a handshake error says the credentials were wrong.
 fn refuses_credentials(text: &[u8]) -> bool {
-    text.starts_with(b"WRONGPASS") || text.starts_with(b"NOAUTH") || text.starts_with(b"ERR invalid password")
+    text.starts_with(b"WRONGPASS")
+        || text.starts_with(b"NOAUTH")
+        || text.starts_with(b"ERR invalid password")
 }
 
 async fn roundtrip(

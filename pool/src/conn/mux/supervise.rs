@@ -47,8 +47,7 @@ pub(super) async fn supervise(
                 debug!(%addr, "upstream connected");
                 backoff = Duration::from_millis(20);
                 let since = std::time::Instant::now();
-                let reason =
-                    run_connected(
+                let reason = run_connected(
                     &addr,
                     rd,
                     wr,
