@@ -3,6 +3,7 @@
 //! rotated under load, with no client error; and the AWS credential chain
 //! (environment, shared credentials file) feeding `sidecache iam-token`,
 //! without network.
+#![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
 
@@ -90,7 +91,7 @@ fn load(
                     .arg(format!("{tag}:n"))
                     .query_async(&mut c)
                     .await?;
-                if i % 10 == 0 {
+                if i.is_multiple_of(10) {
                     let _: () = redis::cmd("WATCH").arg(&key).query_async(&mut c).await?;
                     let _: () = redis::cmd("MULTI").query_async(&mut c).await?;
                     let _: () = redis::cmd("SET")
@@ -369,4 +370,85 @@ fn iam_token_without_credentials_fails_and_says_why() {
     );
     assert!(!ok);
     assert!(err.contains("no AWS region"), "{err}");
+}
+
+/// The secret rotates with no overlap (the old password is gone from the
+/// server at once) and sidecache has not fetched it yet: each live
+/// connection's next AUTH is refused, so the connection is replaced, and
+/// its new handshake, refused too, fetches the secret and succeeds. No
+/// request fails meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_reauth_replaces_connections_without_client_errors() {
+    let redis = RedisServer::start(&[]);
+    let mut d = redis.conn().await;
+    acl(
+        &mut d,
+        &["SETUSER", "app", "on", ">pw0", "~*", "&*", "+@all"],
+    )
+    .await;
+    let dir = temp_dir("credentials-refused");
+    let secret = dir.join("password");
+    write_secret(&secret, "pw0");
+    let proxy = Proxy::start(
+        &format!("redis://app@{}", redis.addr()),
+        &[
+            "--upstream-password-file",
+            secret.to_str().unwrap(),
+            // Not refreshed on schedule during the test: only refusals
+            // make sidecache read the file again.
+            "--upstream-auth-refresh",
+            "600",
+            "--upstream-reauth-interval",
+            "0.5",
+        ],
+    )
+    .await;
+    let mut c = proxy.conn().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..3)
+        .map(|t| {
+            load(
+                &proxy,
+                0,
+                &format!("r{t}"),
+                Arc::clone(&stop),
+                Arc::clone(&ops),
+                Arc::clone(&errors),
+            )
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    write_secret(&secret, "pw1");
+    acl(&mut d, &["SETUSER", "app", "resetpass", ">pw1"]).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let errors = errors.lock().unwrap().clone();
+    let ops = ops.load(Ordering::Relaxed);
+    assert!(
+        errors.is_empty(),
+        "{} errors in {ops} rounds: {errors:?}",
+        errors.len()
+    );
+    assert!(ops > 50, "too little load: {ops} rounds");
+    let info = proxy_info(&mut c).await;
+    assert!(info_field(&info, "upstream_reauth_failures") >= 1, "{info}");
+    // After the replacements, live connections re-authenticate again.
+    let failures = info_field(&info, "upstream_reauth_failures");
+    let reauths = info_field(&info, "upstream_reauths");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let info = proxy_info(&mut c).await;
+    assert_eq!(
+        info_field(&info, "upstream_reauth_failures"),
+        failures,
+        "{info}"
+    );
+    assert!(info_field(&info, "upstream_reauths") > reauths, "{info}");
+    assert!(info_field(&info, "upstream_auth_refreshes") >= 2, "{info}");
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -97,7 +97,10 @@ impl Connector {
         self.connect_timeout
     }
 
-    /// Connects and performs the handshake for `session`.
+    /// Connects and performs the handshake for `session`. With a rotating
+    /// secret, a handshake refused for its credentials fetches the secret
+    /// at once and tries once more (the secret rotated since the last
+    /// refresh), within the same timeout.
     ///
     /// # Errors
     /// [`Error::Connect`], [`Error::Handshake`] or [`Error::Timeout`].
@@ -106,7 +109,18 @@ impl Connector {
         addr: &NodeAddr,
         session: Session,
     ) -> Result<(ReadHalf, WriteHalf)> {
-        tokio::time::timeout(self.connect_timeout, self.connect_inner(addr, session))
+        let attempt = async {
+            match self.connect_inner(addr, session).await {
+                Err(Error::Handshake { reply, .. })
+                    if self.auth.is_rotating() && refuses_credentials(reply.as_bytes()) =>
+                {
+                    self.auth.refresh().await?;
+                    self.connect_inner(addr, session).await
+                }
+                r => r,
+            }
+        };
+        tokio::time::timeout(self.connect_timeout, attempt)
             .await
             .map_err(|_| Error::Connect {
                 addr: addr.to_string(),
@@ -184,10 +198,6 @@ impl Connector {
                     })?;
             for r in replies {
                 if let Some(text) = frame::error_text(&r) {
-                    if creds.is_some() && refuses_credentials(text) {
-                        // The secret may have rotated: fetch it again now.
-                        self.auth.request_refresh();
-                    }
                     return Err(Error::Handshake {
                         addr: addr.to_string(),
                         reply: String::from_utf8_lossy(text).into_owned(),

@@ -113,12 +113,19 @@ fn url_form(pairs: &[(&str, &str)]) -> String {
     out
 }
 
+/// Credentials that expire are asked for again when this close to it.
+const CREDENTIALS_MARGIN: Duration = Duration::from_secs(300);
+
 /// A [`SecretSource`] of IAM tokens from the AWS credential chain.
 #[derive(Debug)]
 pub struct IamToken {
     req: TokenRequest,
     region: Option<String>,
     chain: OnceCell<(SharedCredentialsProvider, String)>,
+    /// The last credentials, while not near expiry: refreshes that come
+    /// together (several connections refused at once) ask the chain (an
+    /// STS call for IRSA) once. The lock also makes them wait for it.
+    last: tokio::sync::Mutex<Option<Credentials>>,
 }
 
 impl IamToken {
@@ -128,6 +135,7 @@ impl IamToken {
             req,
             region,
             chain: OnceCell::new(),
+            last: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -167,11 +175,24 @@ impl IamToken {
     /// No region, no credentials from the chain, or a signing error.
     pub async fn token(&self) -> Result<String, String> {
         let (provider, region) = self.chain().await?;
-        let creds = provider
-            .provide_credentials()
-            .await
-            .map_err(|e| format!("--upstream-iam: AWS credentials: {}", error_chain(&e)))?;
-        presign(&self.req, &creds, region, SystemTime::now())
+        let mut last = self.last.lock().await;
+        let now = SystemTime::now();
+        let fresh = last
+            .as_ref()
+            .filter(|c| c.expiry().is_some_and(|at| at > now + CREDENTIALS_MARGIN));
+        let creds = match fresh {
+            Some(c) => c.clone(),
+            None => {
+                let c = provider
+                    .provide_credentials()
+                    .await
+                    .map_err(|e| format!("--upstream-iam: AWS credentials: {}", error_chain(&e)))?;
+                *last = Some(c.clone());
+                c
+            }
+        };
+        drop(last);
+        presign(&self.req, &creds, region, now)
     }
 }
 
