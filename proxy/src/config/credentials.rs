@@ -208,3 +208,185 @@ pub(super) fn credentials(
     upstream.reauth_interval = reauth;
     Ok(shown)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::{Config, Options};
+    use clap::Parser;
+    use std::time::Duration;
+
+    fn opts(args: &[&str]) -> Options {
+        Options::try_parse_from(std::iter::once("sidecache").chain(args.iter().copied()))
+            .expect("valid flags")
+    }
+
+    #[test]
+    fn upstream_iam_options() {
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "rediss://app-user@master.my-cache.abc.use1.cache.amazonaws.com:6379",
+            "--upstream-iam",
+            "--upstream-iam-cache",
+            "my-cache",
+            "--upstream-iam-region",
+            "us-east-1",
+        ]))
+        .expect("valid");
+        let secret = c.upstream.secret.as_ref().expect("rotating");
+        assert_eq!(secret.username.as_deref(), Some("app-user"));
+        assert_eq!(secret.refresh, sidecache_pool::auth::DEFAULT_REFRESH);
+        assert_eq!(
+            c.upstream.reauth_interval,
+            Some(sidecache_pool::auth::DEFAULT_REAUTH_INTERVAL)
+        );
+        // The URL's user is the IAM user, never sent as a password.
+        assert!(c.upstream.seeds[0].credentials.is_none());
+        let line = c.redacted();
+        assert!(
+            line.contains(
+                "upstream_auth=iam(cache=my-cache user=app-user serverless=false region=us-east-1)"
+            ),
+            "{line}"
+        );
+        // The user flag wins; serverless as a switch; env-style values.
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "rediss://cache.serverless.use1.cache.amazonaws.com:6379",
+            "--upstream-iam=yes",
+            "--upstream-iam-cache",
+            "my-serverless",
+            "--upstream-iam-user",
+            "other",
+            "--upstream-iam-serverless",
+            "--upstream-reauth-interval",
+            "0",
+        ]))
+        .expect("valid");
+        assert_eq!(
+            c.upstream
+                .secret
+                .as_ref()
+                .and_then(|s| s.username.as_deref()),
+            Some("other")
+        );
+        assert_eq!(c.upstream.reauth_interval, None);
+        assert!(c.redacted().contains("serverless=true"));
+    }
+
+    #[test]
+    fn upstream_iam_errors_name_the_flag() {
+        let bad = |args: &[&str]| Config::from_options(opts(args)).expect_err("invalid").key;
+        let url = "rediss://app@h:6379";
+        assert_eq!(
+            bad(&["--upstream", url, "--upstream-iam"]),
+            "--upstream-iam-cache"
+        );
+        assert_eq!(
+            bad(&[
+                "--upstream",
+                "rediss://h:6379",
+                "--upstream-iam",
+                "--upstream-iam-cache",
+                "c"
+            ]),
+            "--upstream-iam-user"
+        );
+        assert_eq!(
+            bad(&[
+                "--upstream",
+                "rediss://app:pw@h:6379",
+                "--upstream-iam",
+                "--upstream-iam-cache",
+                "c"
+            ]),
+            "--upstream"
+        );
+        assert_eq!(
+            bad(&[
+                "--upstream",
+                "redis://app@h",
+                "--upstream-iam",
+                "--upstream-iam-cache",
+                "c"
+            ]),
+            "--upstream"
+        );
+        assert_eq!(
+            bad(&["--upstream", url, "--upstream-iam-cache", "c"]),
+            "--upstream-iam-cache"
+        );
+        assert_eq!(
+            bad(&["--upstream", url, "--upstream-iam-serverless"]),
+            "--upstream-iam-serverless"
+        );
+        let iam = [
+            "--upstream",
+            url,
+            "--upstream-iam",
+            "--upstream-iam-cache",
+            "c",
+        ];
+        let with = |more: &[&'static str]| {
+            let mut v = iam.to_vec();
+            v.extend_from_slice(more);
+            bad(&v)
+        };
+        assert_eq!(
+            with(&["--upstream-auth-refresh", "900"]),
+            "--upstream-auth-refresh"
+        );
+        assert_eq!(
+            with(&["--upstream-reauth-interval", "43200"]),
+            "--upstream-reauth-interval"
+        );
+        assert_eq!(
+            with(&["--upstream-password-file", "/pw"]),
+            "--upstream-password-file"
+        );
+        assert_eq!(
+            bad(&["--upstream", url, "--upstream-reauth-interval", "60"]),
+            "--upstream-reauth-interval"
+        );
+    }
+
+    #[test]
+    fn upstream_password_file() {
+        let c = Config::from_options(opts(&[
+            "--upstream",
+            "redis://app@127.0.0.1:6379",
+            "--upstream-password-file",
+            "/run/secrets/redis",
+            "--upstream-auth-refresh",
+            "2",
+            "--upstream-reauth-interval",
+            "3",
+        ]))
+        .expect("valid");
+        let secret = c.upstream.secret.as_ref().expect("rotating");
+        assert_eq!(secret.username.as_deref(), Some("app"));
+        assert_eq!(secret.refresh, Duration::from_secs(2));
+        assert_eq!(c.upstream.reauth_interval, Some(Duration::from_secs(3)));
+        assert!(c.redacted().contains("password-file(/run/secrets/redis)"));
+        let e = Config::from_options(opts(&[
+            "--upstream",
+            "redis://:pw@127.0.0.1:6379",
+            "--upstream-password-file",
+            "/pw",
+        ]))
+        .expect_err("password twice");
+        assert_eq!(e.key, "--upstream");
+    }
+
+    #[test]
+    fn upstream_iam_from_a_file() {
+        let o: Options = toml::from_str(
+            "upstream = [\"rediss://app@h:6379\"]\nupstream_iam = true\nupstream_iam_cache = \"c\"\nupstream_iam_serverless = true\n",
+        )
+        .expect("toml");
+        let c = Config::from_options(o).expect("valid");
+        assert!(c
+            .redacted()
+            .contains("iam(cache=c user=app serverless=true"));
+    }
+}
