@@ -452,3 +452,87 @@ async fn refused_reauth_replaces_connections_without_client_errors() {
     proxy.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where the upstream refuses CLIENT TRACKING, the peer invalidation
+/// channel (a subscribed RESP3 connection) re-authenticates too, and stays
+/// up: no L1 clear for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_channel_reauthenticates_while_subscribed() {
+    let redis = RedisServer::start(&[]);
+    let mut d = redis.conn().await;
+    acl(
+        &mut d,
+        &[
+            "SETUSER",
+            "app",
+            "on",
+            ">pw0",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|tracking",
+        ],
+    )
+    .await;
+    let dir = temp_dir("credentials-peer");
+    let secret = dir.join("password");
+    write_secret(&secret, "pw0");
+    let proxy = Proxy::start(
+        &format!("redis://app@{}", redis.addr()),
+        &[
+            "--upstream-password-file",
+            secret.to_str().unwrap(),
+            "--upstream-auth-refresh",
+            "0.2",
+            "--upstream-reauth-interval",
+            "0.3",
+        ],
+    )
+    .await;
+    let mut c = proxy.conn().await;
+    let coherence = |c: &mut MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            redis::cmd("INFO")
+                .arg("coherence")
+                .query_async::<String>(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    let before = coherence(&mut c).await;
+    assert_eq!(info_field(&before, "peer_channel_up"), 1, "{before}");
+    acl(&mut d, &["SETUSER", "app", ">pw1"]).await;
+    write_secret(&secret, "pw1");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    acl(&mut d, &["SETUSER", "app", "<pw0"]).await;
+    // The subscribed connection's last command, as the server lists it,
+    // is seen to be an AUTH (between its heartbeat PINGs).
+    let mut seen_auth = false;
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut d)
+            .await
+            .unwrap();
+        seen_auth |= clients
+            .lines()
+            .any(|l| l.contains(" user=app ") && l.contains(" sub=1 ") && l.contains(" cmd=auth "));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen_auth, "the peer channel never re-authenticated");
+    let after = coherence(&mut c).await;
+    assert_eq!(info_field(&after, "peer_channel_up"), 1, "{after}");
+    assert_eq!(
+        info_field(&after, "tracking_channel_losses"),
+        info_field(&before, "tracking_channel_losses"),
+        "{after}"
+    );
+    let info = proxy_info(&mut c).await;
+    assert!(info_field(&info, "upstream_reauths") >= 5, "{info}");
+    assert_eq!(info_field(&info, "upstream_reauth_failures"), 0, "{info}");
+    assert_eq!(auth_failures(&mut d, "app").await, 0);
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
