@@ -36,6 +36,15 @@
 //! the new connection. Repeated READONLY reconnects (the name has not
 //! moved yet) back off from 20 ms to 1 s.
 //!
+//! # Re-authentication
+//! With a rotating secret (`--upstream-iam`, `--upstream-password-file`),
+//! the writer sends `AUTH` with the current secret every
+//! `--upstream-reauth-interval`, between two requests, never inside one (a
+//! MULTI…EXEC block a client sends on a shared connection is one request),
+//! and the reader counts its answer. A refused one ends the connection as
+//! a `-READONLY` does (above), and the supervisor reconnects with a
+//! freshly fetched secret: no request fails for it.
+//!
 //! # Race window
 //! The writer queues the `Inflight` entry *before* writing the bytes, so the
 //! reader always finds the sink for a reply it reads. If the connection
