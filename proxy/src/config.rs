@@ -13,9 +13,11 @@ use sidecache_l1::L1Config;
 use sidecache_pool::config as pool;
 use sidecache_pool::UpstreamConfig;
 
+mod credentials;
 mod options;
 mod sections;
 
+pub use credentials::UpstreamAuth;
 pub use options::Options;
 
 /// Default TCP listen address.
@@ -106,6 +108,26 @@ pub enum LogFormat {
 pub enum Command {
     /// Print a running sidecache's hot keys (SIDECACHE HOTKEYS over RESP).
     Hotkeys(HotkeysArgs),
+    /// Print an ElastiCache IAM token signed with the AWS credential chain,
+    /// as `--upstream-iam` makes them (e.g. for `redis-cli --pass`).
+    IamToken(IamTokenArgs),
+}
+
+/// `sidecache iam-token --cache NAME --user ID [--region R] [--serverless]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IamTokenArgs {
+    /// The replication group id, or the serverless cache name.
+    #[arg(long, value_name = "NAME")]
+    pub cache: String,
+    /// The ElastiCache user id.
+    #[arg(long, value_name = "ID")]
+    pub user: String,
+    /// The AWS region [default: the AWS chain's, e.g. AWS_REGION].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// A serverless cache.
+    #[arg(long)]
+    pub serverless: bool,
 }
 
 /// `sidecache hotkeys [--by reads|misses|writes] [-n 20] [--addr ADDR]`.
@@ -157,6 +179,9 @@ pub struct Config {
     pub unix_socket: Option<(PathBuf, u32)>,
     /// Upstream settings for the pool.
     pub upstream: UpstreamConfig,
+    /// How upstream connections authenticate (for the start-up line; the
+    /// secret itself is in `upstream`).
+    pub upstream_auth: credentials::UpstreamAuth,
     /// Largest client bulk.
     pub proto_max_bulk_len: u64,
     /// Largest client multibulk.
@@ -236,6 +261,7 @@ impl Config {
     pub fn from_options(o: Options) -> Result<Config, ConfigError> {
         let (listen, unix_socket) = sections::listen(&o)?;
         let mut upstream = sections::upstream(&o)?;
+        let upstream_auth = credentials::credentials(&o, &mut upstream)?;
         let (proto_max_bulk_len, max_multibulk_len) = sections::request_limits(&o)?;
         let (metrics_listen, upstream_wait, threads) = sections::runtime(&o)?;
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
@@ -273,6 +299,7 @@ impl Config {
             listen,
             unix_socket,
             upstream,
+            upstream_auth,
             proto_max_bulk_len,
             max_multibulk_len,
             client_query_buffer_limit: size(
@@ -324,7 +351,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} upstream_auth={} upstream_reauth_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -335,6 +362,11 @@ impl fmt::Display for Config {
             self.upstream.connect_timeout,
             self.upstream.command_timeout,
             self.upstream.refresh_interval,
+            self.upstream_auth,
+            self.upstream
+                .secret
+                .as_ref()
+                .and(self.upstream.reauth_interval),
             self.upstream.tls_ca_file,
             self.maxclients,
             if self.requirepass.is_some() { "<set>" } else { "<none>" },

@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
+//! - [`credentials`]: where a rotating upstream secret comes from: an
+//!   ElastiCache IAM token from the AWS credential chain, or a password file.
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
 //!   [`server::state`] is what all connections share (upstream, table, L1,
 //!   counters, clients).
@@ -27,6 +29,7 @@
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod credentials;
 pub mod metrics;
 pub mod pubsub;
 pub mod server;

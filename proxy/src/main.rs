@@ -1,5 +1,6 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
-//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys.
+//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys, or,
+//! as `sidecache iam-token`, an ElastiCache IAM token.
 
 use std::sync::Arc;
 
@@ -13,14 +14,30 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
     let mut options = Options::parse();
-    if let Some(sidecache::config::Command::Hotkeys(args)) = options.command.take() {
-        return match sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("sidecache hotkeys: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+    match options.command.take() {
+        Some(sidecache::config::Command::Hotkeys(args)) => {
+            return match sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock())
+            {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sidecache hotkeys: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
+        Some(sidecache::config::Command::IamToken(args)) => {
+            return match sidecache::credentials::iam::cli(&args) {
+                Ok(token) => {
+                    println!("{token}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sidecache iam-token: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
+        None => {}
     }
     let config = match Config::load(options) {
         Ok(c) => c,

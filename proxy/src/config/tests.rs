@@ -353,7 +353,7 @@ fn hotkeys_subcommand_leaves_the_flags_alone() {
                 ("misses", 5, "127.0.0.1:7000")
             );
         }
-        None => panic!("no subcommand"),
+        _ => panic!("not hotkeys"),
     }
     let o = opts(&["hotkeys"]);
     match o.command {
@@ -363,7 +363,7 @@ fn hotkeys_subcommand_leaves_the_flags_alone() {
                 ("reads", 20, "127.0.0.1:6380")
             );
         }
-        None => panic!("no subcommand"),
+        _ => panic!("not hotkeys"),
     }
     assert!(Options::try_parse_from(["sidecache", "hotkeys", "--by", "size"]).is_err());
 }

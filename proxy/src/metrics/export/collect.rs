@@ -16,6 +16,7 @@ pub(super) fn collect_shared(s: &Shared, o: &mut Out) {
     failover_and_transactions(s, o);
     pubsub_and_blocking(s, o);
     sessions(s, o);
+    auth(s, o);
     write_flushes(s, o);
     journal(s, o);
     invalidation(s, o);
@@ -213,6 +214,28 @@ fn pubsub_and_blocking(s: &Shared, o: &mut Out) {
         "sidecache_blocked_unblocked_on_disconnect_total",
         &[],
         l(&s.stats.blocking.unblocked_gone),
+    );
+}
+
+/// Rotating upstream credentials: refreshes and re-authentications (all
+/// zero without `--upstream-iam` / `--upstream-password-file`).
+fn auth(s: &Shared, o: &mut Out) {
+    let a = &s.upstream.auth().stats;
+    o.counter(
+        "sidecache_upstream_auth_refreshes_total",
+        &[],
+        l(&a.refreshes),
+    );
+    o.counter(
+        "sidecache_upstream_auth_refresh_failures_total",
+        &[],
+        l(&a.refresh_failures),
+    );
+    o.counter("sidecache_upstream_reauths_total", &[], l(&a.reauths));
+    o.counter(
+        "sidecache_upstream_reauth_failures_total",
+        &[],
+        l(&a.reauth_failures),
     );
 }
 
