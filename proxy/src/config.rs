@@ -229,6 +229,9 @@ pub struct Config {
     pub tcp_keepalive: Option<Duration>,
     /// `--hotkeys-capacity`: counters per hot-key ranking (0: off).
     pub hotkeys_capacity: usize,
+    /// `--tracking-table-max-keys`: keys followed for CLIENT TRACKING
+    /// clients at most.
+    pub tracking_table_max_keys: usize,
     /// `--hotkeys-sample`: one event in this many is counted.
     pub hotkeys_sample: u32,
     /// `--prefix-stats`: the key prefixes with L1 figures of their own
@@ -288,6 +291,11 @@ impl Config {
         Ok(Config {
             prefix_separator,
             hotkeys_capacity,
+            tracking_table_max_keys: match o.tracking_table_max_keys {
+                Some(0) => return Err(err("--tracking-table-max-keys", "must be at least 1")),
+                Some(n) => n,
+                None => crate::pubsub::tracking::DEFAULT_MAX_KEYS,
+            },
             hotkeys_sample,
             prefix_stats,
             l1,

@@ -325,6 +325,13 @@ pub struct Options {
     )]
     pub l1_exclude_prefix: Vec<String>,
 
+    /// CLIENT TRACKING served to clients: the most keys followed for
+    /// default-mode tracking clients; past it the oldest-found key is
+    /// forgotten and its readers told, as Redis's tracking-table-max-keys
+    /// [default: 1000000].
+    #[arg(long, env = "SIDECACHE_TRACKING_TABLE_MAX_KEYS", value_name = "N")]
+    pub tracking_table_max_keys: Option<usize>,
+
     /// Hot keys: counters per ranking (reads, misses, writes) of the
     /// space-saving sketch behind SIDECACHE HOTKEYS and /debug/hotkeys,
     /// 0–4096; 0 turns hot keys off [default: 256].
@@ -429,6 +436,7 @@ impl Options {
             peer_invalidation_channel,
             l1_include_prefix,
             l1_exclude_prefix,
+            tracking_table_max_keys,
             hotkeys_capacity,
             hotkeys_sample,
             prefix_stats,

@@ -24,7 +24,7 @@
 //! value once, never cache it past a change.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -77,6 +77,8 @@ pub struct Tracked {
     active: AtomicUsize,
     inner: Mutex<Inner>,
     max_keys: usize,
+    /// Invalidation messages queued for clients.
+    messages: AtomicU64,
 }
 
 impl Default for Tracked {
@@ -92,11 +94,22 @@ impl Tracked {
             active: AtomicUsize::new(0),
             inner: Mutex::default(),
             max_keys: max_keys.max(1),
+            messages: AtomicU64::new(0),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tracking clients, keys followed for them, and messages sent so far.
+    pub fn figures(&self) -> (usize, usize, u64) {
+        let keys = self.lock().keys.len();
+        (
+            self.active.load(Ordering::Acquire),
+            keys,
+            self.messages.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether any client tracks.
@@ -162,7 +175,7 @@ impl Tracked {
                 break;
             };
             if let Some(ids) = g.keys.remove(&k) {
-                send(&g, ids.iter().copied(), &k);
+                self.messages.fetch_add(send(&g, ids.iter().copied(), &k), Ordering::Relaxed);
             }
         }
     }
@@ -186,7 +199,8 @@ impl Tracked {
                     .get(id)
                     .is_some_and(|s| !(s.noloop && origin == Some(*id)))
             });
-            send(&g, to.into_iter(), key);
+            let n = send(&g, to.into_iter(), key);
+            self.messages.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -201,7 +215,8 @@ impl Tracked {
                     g.keys.remove(key);
                 }
             }
-            send(&g, std::iter::once(id), key);
+            let n = send(&g, std::iter::once(id), key);
+            self.messages.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -219,17 +234,21 @@ impl Tracked {
                 ids.push(*id);
             }
         }
+        self.messages.fetch_add(ids.len() as u64, Ordering::Relaxed);
         for id in ids {
             deliver(&g, id, Delivery::Invalidate(None));
         }
     }
 }
 
-/// Sends `key`'s invalidation to each tracking client of `ids`.
-fn send(g: &Inner, ids: impl Iterator<Item = u64>, key: &Bytes) {
+/// Sends `key`'s invalidation to each tracking client of `ids`; how many.
+fn send(g: &Inner, ids: impl Iterator<Item = u64>, key: &Bytes) -> u64 {
+    let mut n = 0;
     for id in ids {
         deliver(g, id, Delivery::Invalidate(Some(key.clone())));
+        n += 1;
     }
+    n
 }
 
 /// Puts `d` in the outbox of tracking client `id`'s target (itself or its
@@ -248,5 +267,133 @@ fn deliver(g: &Inner, id: u64, d: Delivery) {
             }
         }
         None => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::pubsub::{Hub, OutputLimit};
+    use tokio::sync::mpsc::Receiver;
+
+    fn hub() -> Hub {
+        Hub::new(OutputLimit::PUBSUB_DEFAULT, std::time::Duration::from_secs(1))
+    }
+
+    /// What `rx` holds now, as text.
+    fn drain(rx: &mut Receiver<Delivery>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(d) = rx.try_recv() {
+            out.push(match d {
+                Delivery::Invalidate(Some(k)) => String::from_utf8_lossy(&k).into_owned(),
+                Delivery::Invalidate(None) => "*".to_owned(),
+                Delivery::RedirectBroken(id) => format!("broken {id}"),
+                other => format!("{other:?}"),
+            });
+        }
+        out
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn messages_go_to_readers_once_and_by_prefix() {
+        let h = hub();
+        let t = Tracked::new(100);
+        let (o1, mut r1) = Outbox::new(&h);
+        let (o2, mut r2) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.add_outbox(2, &o2);
+        assert!(!t.active());
+        t.enable(1, Sink::default());
+        t.enable(
+            2,
+            Sink {
+                bcast: true,
+                prefixes: vec![b("u:")],
+                ..Sink::default()
+            },
+        );
+        t.register(1, &b("k"));
+        t.register(1, &b("u:1"));
+        t.invalidate(&[b("k"), b("u:1"), b("other")], None);
+        assert_eq!(drain(&mut r1), ["k", "u:1"]);
+        assert_eq!(drain(&mut r2), ["u:1"]);
+        // One message per read: not again until read again.
+        t.invalidate(&[b("k")], None);
+        assert!(drain(&mut r1).is_empty());
+        // NOLOOP: its own writes say nothing.
+        t.enable(
+            1,
+            Sink {
+                noloop: true,
+                ..Sink::default()
+            },
+        );
+        t.register(1, &b("k"));
+        t.invalidate(&[b("k")], Some(1));
+        assert!(drain(&mut r1).is_empty());
+        assert_eq!(t.figures(), (2, 0, 3));
+    }
+
+    #[test]
+    fn flushes_say_it_once_until_something_is_read() {
+        let h = hub();
+        let t = Tracked::default();
+        let (o1, mut r1) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.enable(1, Sink::default());
+        t.register(1, &b("k"));
+        t.flush();
+        t.flush();
+        assert_eq!(drain(&mut r1), ["*"]);
+        t.register(1, &b("k"));
+        t.flush();
+        assert_eq!(drain(&mut r1), ["*"]);
+        // Nothing queued for a key forgotten by the flush.
+        t.invalidate(&[b("k")], None);
+        assert!(drain(&mut r1).is_empty());
+    }
+
+    #[test]
+    fn redirects_forget_and_the_table_bound() {
+        let h = hub();
+        let t = Tracked::new(2);
+        let (o1, mut r1) = Outbox::new(&h);
+        let (o9, mut r9) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.add_outbox(9, &o9);
+        t.enable(
+            1,
+            Sink {
+                redirect: 9,
+                ..Sink::default()
+            },
+        );
+        t.register(1, &b("a"));
+        t.invalidate(&[b("a")], None);
+        assert_eq!(drain(&mut r9), ["a"]);
+        assert!(drain(&mut r1).is_empty());
+        // The target left: its client hears of it.
+        t.remove(9);
+        t.register(1, &b("a"));
+        t.invalidate(&[b("a")], None);
+        assert_eq!(drain(&mut r1), ["broken 9"]);
+        // forget: this client only, at once.
+        t.enable(1, Sink::default());
+        t.register(1, &b("x"));
+        t.forget(1, &[b("x")]);
+        assert_eq!(drain(&mut r1), ["x"]);
+        t.invalidate(&[b("x")], None);
+        assert!(drain(&mut r1).is_empty());
+        // Over the bound, a key is forgotten and its reader told.
+        for k in ["p", "q", "r"] {
+            t.register(1, &b(k));
+        }
+        assert_eq!(drain(&mut r1).len(), 1);
+        assert_eq!(t.figures().1, 2);
     }
 }

@@ -169,7 +169,7 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
-            tracked: crate::pubsub::tracking::Tracked::default(),
+            tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
             test_panic: std::env::var_os("SIDECACHE_TEST_PANIC").is_some_and(|v| v == "1"),
             pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
                 config.output_limit_pubsub,

@@ -197,6 +197,10 @@ fn pubsub_and_blocking(s: &Shared, o: &mut Out) {
         &[],
         l(&ps.link_losses),
     );
+    let (clients, keys, messages) = s.tracked.figures();
+    o.gauge("sidecache_client_tracking_clients", &[], clients as f64);
+    o.gauge("sidecache_client_tracking_keys", &[], keys as f64);
+    o.counter("sidecache_client_tracking_messages_total", &[], messages);
     o.counter(
         "sidecache_client_panics_total",
         &[],
