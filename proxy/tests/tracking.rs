@@ -33,7 +33,10 @@ async fn arrived(s: &mut TcpStream, wait: Duration) -> String {
 }
 
 fn push(key: &str) -> String {
-    format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n", key.len())
+    format!(
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n",
+        key.len()
+    )
 }
 
 /// The pushes in `s`, sorted: messages about different keys may come in

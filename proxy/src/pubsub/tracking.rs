@@ -175,7 +175,8 @@ impl Tracked {
                 break;
             };
             if let Some(ids) = g.keys.remove(&k) {
-                self.messages.fetch_add(send(&g, ids.iter().copied(), &k), Ordering::Relaxed);
+                self.messages
+                    .fetch_add(send(&g, ids.iter().copied(), &k), Ordering::Relaxed);
             }
         }
     }
@@ -187,7 +188,8 @@ impl Tracked {
         }
         let mut g = self.lock();
         for key in keys {
-            let mut to: SmallVec<[u64; 4]> = g.keys.remove(key).unwrap_or_default().into_iter().collect();
+            let mut to: SmallVec<[u64; 4]> =
+                g.keys.remove(key).unwrap_or_default().into_iter().collect();
             to.extend(
                 g.clients
                     .iter()
@@ -258,7 +260,11 @@ fn deliver(g: &Inner, id: u64, d: Delivery) {
     let Some(sink) = g.clients.get(&id) else {
         return;
     };
-    let to = if sink.redirect != 0 { sink.redirect } else { id };
+    let to = if sink.redirect != 0 {
+        sink.redirect
+    } else {
+        id
+    };
     match g.outboxes.get(&to) {
         Some(o) => o.push(d),
         None if sink.redirect != 0 => {
@@ -278,7 +284,10 @@ mod tests {
     use tokio::sync::mpsc::Receiver;
 
     fn hub() -> Hub {
-        Hub::new(OutputLimit::PUBSUB_DEFAULT, std::time::Duration::from_secs(1))
+        Hub::new(
+            OutputLimit::PUBSUB_DEFAULT,
+            std::time::Duration::from_secs(1),
+        )
     }
 
     /// What `rx` holds now, as text.

@@ -188,14 +188,12 @@ pub fn caching(args: &[Bytes], t: &mut Tracking, r: &mut Reply<'_>) {
         return r.error("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled");
     }
     if yes && !t.optin {
-        return r.error(
-            "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
-        );
+        return r
+            .error("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.");
     }
     if !yes && !t.optout {
-        return r.error(
-            "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
-        );
+        return r
+            .error("ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.");
     }
     t.caching = Some(yes);
     r.ok();
