@@ -4,11 +4,10 @@
 
 mod support;
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{http_get, raw_on, Observed, RedisServer};
+use support::{http_get, promtool_check, raw_on, series, Observed, RedisServer};
 use tokio::net::TcpStream;
 
 /// `n` pipelined `GET key`, their replies read.
@@ -187,38 +186,6 @@ async fn hotkeys_off() {
         404
     );
     proxy.stop().await;
-}
-
-/// The value of one series (`name{labels}`), 0 when absent.
-fn series(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool must be installed (Debian package prometheus; see .ci/run)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool: {report}\n{text}");
-    assert!(report.trim().is_empty(), "promtool: {report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
