@@ -1,5 +1,6 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
-//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys.
+//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys; or,
+//! as `sidecache top`, watch a running one in the terminal.
 
 use std::sync::Arc;
 
@@ -13,11 +14,19 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
     let mut options = Options::parse();
-    if let Some(sidecache::config::Command::Hotkeys(args)) = options.command.take() {
-        return match sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()) {
+    let subcommand = match options.command.take() {
+        Some(sidecache::config::Command::Hotkeys(args)) => Some((
+            "hotkeys",
+            sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()),
+        )),
+        Some(sidecache::config::Command::Top(args)) => Some(("top", sidecache::top::run(&args))),
+        None => None,
+    };
+    if let Some((name, result)) = subcommand {
+        return match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("sidecache hotkeys: {e:#}");
+                eprintln!("sidecache {name}: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         };
