@@ -165,7 +165,7 @@ const RATES: [(&str, &str, &str); 8] = [
     (
         "local",
         "sidecache_command_duration_seconds_count{path=local}",
-        "write-behind acks, PING, INFO…",
+        "write-behind acks, PING…",
     ),
     (
         "L1 miss",
@@ -185,7 +185,7 @@ const RATES: [(&str, &str, &str); 8] = [
     (
         "to upstream",
         "sidecache_upstream_commands_total",
-        "commands sent to masters",
+        "client commands sent upstream",
     ),
 ];
 
