@@ -40,6 +40,10 @@ use view::View;
 /// The terminal cannot be set up, drawn on or read from (a scrape failure
 /// is shown, not returned).
 pub fn run(args: &TopArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        anyhow::bail!("needs a terminal (stdin and stdout); for figures in a script read /metrics");
+    }
     let mut terminal = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
