@@ -71,7 +71,7 @@ pub struct Figures {
 pub struct Rate {
     /// Short name (`L1 hit`).
     pub label: &'static str,
-    /// Which series it comes from, in words.
+    /// What it counts, in words.
     pub from: &'static str,
     /// Per second; None without a window.
     pub per_sec: Option<f64>,
