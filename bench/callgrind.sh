@@ -13,6 +13,8 @@
 #
 # Usage: bench/callgrind.sh [BINARY]   (default target/release/sidecache)
 # Knobs: TESTS="get set"  N=20000  CLIENTS=1  P=1  KEYSPACE=1000  DATA_SIZE=64
+#        (TESTS may also name hgetall, hget, smembers, zrange, strlen: reads
+#        beyond GET on keys of their type, cached before the count)
 #        SIDECACHE_ARGS=""  ANNOTATE=1 (keep callgrind_annotate's inclusive
 #        listing per test in OUT)
 #        OUT=dir (keeps the callgrind files there)
@@ -56,10 +58,37 @@ redis-benchmark -p "$SP" -c 1 -n "$((KEYSPACE * 3))" -r "$KEYSPACE" -d "$DATA_SI
 sleep 1
 awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' |
   redis-cli -p "$SP" --pipe >/dev/null
+# Reads beyond GET: the command redis-benchmark sends, and the keys of
+# their type written and read once (cached) first.
+read_cmd() {
+  case "$1" in
+    hgetall) echo "HGETALL hash:__rand_int__" ;;
+    hget) echo "HGET hash:__rand_int__ f1" ;;
+    smembers) echo "SMEMBERS set:__rand_int__" ;;
+    zrange) echo "ZRANGE zset:__rand_int__ 0 -1 WITHSCORES" ;;
+    strlen) echo "STRLEN key:__rand_int__" ;;
+  esac
+}
+if [[ " $TESTS " =~ \ (hgetall|hget|smembers|zrange|strlen)\  ]]; then
+  awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) {
+      printf "HSET hash:%012d f1 v1 f2 v2 f3 v3 f4 v4 f5 v5\r\n", i
+      printf "SADD set:%012d a b c d e\r\nZADD zset:%012d 1 a 2 b 3 c 4 d\r\n", i, i } }' |
+    redis-cli -p "$SP" --pipe >/dev/null
+  sleep 1
+  awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) {
+      printf "HGETALL hash:%012d\r\nHGET hash:%012d f1\r\nSMEMBERS set:%012d\r\n", i, i, i
+      printf "ZRANGE zset:%012d 0 -1 WITHSCORES\r\nSTRLEN key:%012d\r\n", i, i } }' |
+    redis-cli -p "$SP" --pipe >/dev/null
+fi
 echo "instructions per request in sidecache (callgrind), redis-benchmark -c $CLIENTS -P $P -n $N -r $KEYSPACE -d $DATA_SIZE, $(basename "$BIN") $("$BIN" --version 2>/dev/null | head -1)"
 for t in $TESTS; do
   callgrind_control -z "$VPID" >/dev/null
-  redis-benchmark -p "$SP" -c "$CLIENTS" -P "$P" -n "$N" -r "$KEYSPACE" -d "$DATA_SIZE" -t "$t" -q >/dev/null
+  if [[ -n "$(read_cmd "$t")" ]]; then
+    # shellcheck disable=SC2046 # the command's words
+    redis-benchmark -p "$SP" -c "$CLIENTS" -P "$P" -n "$N" -r "$KEYSPACE" -q $(read_cmd "$t") >/dev/null
+  else
+    redis-benchmark -p "$SP" -c "$CLIENTS" -P "$P" -n "$N" -r "$KEYSPACE" -d "$DATA_SIZE" -t "$t" -q >/dev/null
+  fi
   # The write-behind batcher's last batch is flushed and settled: a fixed
   # pause was not always enough under valgrind on a loaded machine (writes
   # that settled after the dump went uncounted: SET read ~10% low), so the

@@ -27,7 +27,14 @@
 #   /run/sidecache              for the Unix socket, 0770 (the Dockerfiles
 #                               give it to 10001:10001)
 #
-# No CA bundle: rediss:// trusts the Mozilla roots compiled into the binary
+#   /etc/ssl/certs/ca-certificates.crt
+#                               the building machine's CA bundle, read only
+#                               by --upstream-iam's AWS credential chain (the
+#                               STS call of EKS IRSA is HTTPS, checked
+#                               against the system store); left out, with a
+#                               warning, when the machine has none
+#
+# rediss:// itself trusts the Mozilla roots compiled into the binary
 # (webpki-roots) plus --tls-ca-file; it reads no system certificate store.
 set -euo pipefail
 
@@ -83,5 +90,13 @@ cat >"$out/etc/hosts" <<'EOF'
 ::1       localhost ip6-localhost ip6-loopback
 EOF
 chmod 0644 "$out"/etc/*
+bundle=/etc/ssl/certs/ca-certificates.crt
+if [ -f "$bundle" ]; then
+  mkdir -p "$out/etc/ssl/certs"
+  chmod 0755 "$out/etc/ssl" "$out/etc/ssl/certs"
+  install -m 0644 "$(readlink -f "$bundle")" "$out$bundle"
+else
+  echo "rootfs: no $bundle here: --upstream-iam with EKS IRSA will not reach STS" >&2
+fi
 
 du -sh "$out" | awk '{ print "rootfs: " $1 " in " $2 }'

@@ -104,12 +104,17 @@ impl Eq for CacheKey {}
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// `None`: a cached nil.
+    /// `None`: a cached nil (or, in an entry holding other reads only, no
+    /// GET cached: its deadline is then [`L1`]'s `born`, before any lookup).
     value: Option<Bytes>,
+    /// When `value` stops being served.
     deadline: Instant,
     /// A value the proxy wrote: when the write was acknowledged (its
     /// stamp, see [`L1::release_written`]). `None` for a fill.
     written: Option<Instant>,
+    /// Other cached reads of the key (HGETALL, STRLEN, …): they live and
+    /// die with the entry, so any invalidation of the key drops them all.
+    reads: Option<Arc<reads::Reads>>,
 }
 
 /// A borrowed key, hashed and compared exactly like [`CacheKey`], so
@@ -134,6 +139,7 @@ impl Weighter<CacheKey, Entry> for ByBytes {
         k.key.as_slice().len() as u64
             + v.value.as_ref().map_or(0, |b| b.len() as u64)
             + ENTRY_OVERHEAD
+            + v.reads.as_deref().map_or(0, reads::weight)
     }
 }
 
@@ -209,6 +215,9 @@ pub struct L1 {
     used_dbs: AtomicU64,
     /// The highest database that ever held an entry.
     max_db: AtomicU32,
+    /// When the cache was made: no lookup's clock is earlier, so an entry
+    /// with this deadline holds no GET value (only other reads).
+    born: Instant,
 }
 
 impl std::fmt::Debug for L1 {
@@ -244,6 +253,7 @@ impl L1 {
             stats,
             used_dbs: AtomicU64::new(0),
             max_db: AtomicU32::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -283,6 +293,11 @@ impl L1 {
             Some(e) if e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
                 Lookup::Hit(e.value)
+            }
+            // Other reads of the key may still be good.
+            Some(e) if e.reads.is_some() => {
+                Stats::add(&self.stats.misses, 1);
+                Lookup::Miss
             }
             Some(_) => {
                 cache.remove(&k);
@@ -346,6 +361,9 @@ impl L1 {
         // Own the bytes: a value sliced out of an upstream read buffer would
         // keep the whole buffer alive for as long as the entry lives.
         let value = value.map(|v| Bytes::copy_from_slice(&v));
+        // Other reads of the key cached since the ticket was taken stay:
+        // an invalidation since then is caught by the check below.
+        let reads = self.live_reads(cache, db, &key, t.started);
         // The deadline counts from when the fetch was sent: the upstream
         // measured its TTL later, so the entry never outlives the key.
         cache.insert(
@@ -354,6 +372,7 @@ impl L1 {
                 value,
                 deadline: t.started + ttl,
                 written: None,
+                reads,
             },
         );
         if self.raced(&t) {
@@ -409,6 +428,8 @@ impl L1 {
                 }
                 e.deadline = deadline;
                 e.written = Some(now);
+                // The write changed the key: its other reads are stale.
+                e.reads = None;
                 overwrite_value(&mut e.value, value);
                 EntryAction::Retain(true)
             };
@@ -432,6 +453,7 @@ impl L1 {
                 value: Some(Bytes::copy_from_slice(value)),
                 deadline,
                 written: Some(now),
+                reads: None,
             },
         );
         // The entry this write replaced is not an eviction.
@@ -533,6 +555,9 @@ impl L1 {
         }
     }
 }
+
+mod reads;
+pub use reads::ReadLookup;
 
 #[cfg(test)]
 mod tests;

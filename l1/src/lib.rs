@@ -9,13 +9,14 @@
 //!
 //! # Layout
 //! - [`config`]: [`L1Config`] (capacity, value size limit, TTL cap, key filters).
-//! - [`cache`]: [`L1`], the byte-bounded store with per-entry deadlines and the fill guard.
+//! - [`cache`]: [`L1`], the byte-bounded store with per-entry deadlines and the fill guard;
+//!   `cache/reads`: reads other than GET (HGETALL, STRLEN, …) kept in their key's entry.
 //! - [`stats`]: lock-free counters and their snapshot.
 
 pub mod cache;
 pub mod config;
 pub mod stats;
 
-pub use cache::{FillTicket, Lookup, L1};
+pub use cache::{FillTicket, Lookup, ReadLookup, L1};
 pub use config::L1Config;
 pub use stats::StatsSnapshot;

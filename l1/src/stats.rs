@@ -13,6 +13,9 @@ pub struct Stats {
     pub(crate) invalidations: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) read_hits: AtomicU64,
+    pub(crate) read_misses: AtomicU64,
+    pub(crate) read_fills: AtomicU64,
 }
 
 impl Stats {
@@ -41,6 +44,13 @@ pub struct StatsSnapshot {
     /// Written values dropped once their write reached upstream (optin
     /// tracking: upstream does not track what the proxy wrote).
     pub released: u64,
+    /// Lookups of reads other than GET answered from the L1 (counted in
+    /// `hits` too).
+    pub read_hits: u64,
+    /// Lookups of reads other than GET that went upstream (in `misses` too).
+    pub read_misses: u64,
+    /// Reads other than GET cached by a fill (in `fills` too).
+    pub read_fills: u64,
     /// Weighted bytes held.
     pub bytes: u64,
     /// Entries held.
@@ -59,6 +69,9 @@ impl Stats {
             invalidations: l(&self.invalidations),
             writes: l(&self.writes),
             released: l(&self.released),
+            read_hits: l(&self.read_hits),
+            read_misses: l(&self.read_misses),
+            read_fills: l(&self.read_fills),
             bytes,
             entries,
         }

@@ -332,6 +332,12 @@ pub struct UpstreamConfig {
     pub coherence: Coherence,
     /// TCP keepalive idle time of upstream sockets (`None`: off).
     pub tcp_keepalive: Option<Duration>,
+    /// A secret that changes while sidecache runs (IAM, a password file),
+    /// used instead of the seeds' credentials (`None`: those).
+    pub secret: Option<crate::auth::RotatingSecret>,
+    /// With a rotating secret: how often a live connection sends AUTH
+    /// again (`None`: never).
+    pub reauth_interval: Option<Duration>,
 }
 
 impl Default for UpstreamConfig {
@@ -349,6 +355,8 @@ impl Default for UpstreamConfig {
             write: WriteConfig::default(),
             coherence: Coherence::default(),
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
+            secret: None,
+            reauth_interval: Some(crate::auth::DEFAULT_REAUTH_INTERVAL),
         }
     }
 }

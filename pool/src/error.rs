@@ -73,6 +73,10 @@ pub enum Error {
     /// The configuration cannot work.
     #[error("invalid upstream configuration: {0}")]
     Config(String),
+    /// The upstream secret (an IAM token, a password file) could not be
+    /// fetched.
+    #[error("upstream credentials: {0}")]
+    Credentials(String),
     /// TLS setup failed.
     #[error("TLS: {0}")]
     Tls(Arc<str>),

@@ -9,6 +9,10 @@
 //! - [`config`]: typed configuration (`UpstreamConfig`, seeds, sessions,
 //!   write-behind and coherence settings) and its defaults.
 //! - [`error`]: what can fail upstream, and how a failure reaches a client.
+//! - [`auth`]: what connections authenticate with: the URL's password, or
+//!   a rotating secret (IAM token, password file) from a [`auth::SecretSource`]
+//!   the binary supplies, refreshed in the background, with the counters of
+//!   refreshes and of re-authentications of live connections.
 //! - [`cluster`]: hash slots ([`cluster::slot`]), the slot → node map
 //!   ([`cluster::topology`], replaced whole on refresh), and the pure
 //!   MOVED/ASK/TRYAGAIN decision ([`cluster::redirect`]).
@@ -45,6 +49,7 @@
 //! cost a round trip per command, where a shared pipelined connection lets
 //! many clients' commands travel in one write.
 
+pub mod auth;
 pub mod cluster;
 pub mod coherence;
 pub mod config;
@@ -54,6 +59,7 @@ pub mod error;
 pub mod upstream;
 pub mod write_behind;
 
+pub use auth::{Auth, AuthStats, RotatingSecret, SecretSource};
 pub use cluster::slot::Slot;
 pub use config::WriteConfig;
 pub use config::{Credentials, Mode, NodeAddr, Proto, Seed, Session, UpstreamConfig};

@@ -152,6 +152,8 @@ impl Upstream {
     /// Any configuration or connection error; nothing is left running.
     pub async fn connect(cfg: UpstreamConfig) -> Result<Upstream> {
         let connector = Arc::new(Connector::new(&cfg)?);
+        // A rotating secret's first fetch: nothing connects without it.
+        connector.auth().start().await?;
         let (seed_addr, replies) = startup::probe_seeds(&connector, &cfg).await?;
         let info = startup::server_info(&cfg, &seed_addr, &replies)?;
         let tracking_mode = startup::tracking_mode(&cfg, &info);
@@ -186,6 +188,12 @@ impl Upstream {
         let up = Upstream { inner };
         up.start(&seed_addr).await?;
         Ok(up)
+    }
+
+    /// What every connection authenticates with, and its counters
+    /// (refreshes, re-authentications).
+    pub fn auth(&self) -> &Arc<crate::auth::Auth> {
+        self.inner.connector.auth()
     }
 
     /// The connector every connection of this upstream uses.

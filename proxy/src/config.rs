@@ -13,9 +13,11 @@ use sidecache_l1::L1Config;
 use sidecache_pool::config as pool;
 use sidecache_pool::UpstreamConfig;
 
+mod credentials;
 mod options;
 mod sections;
 
+pub use credentials::UpstreamAuth;
 pub use options::Options;
 
 /// Default TCP listen address.
@@ -108,6 +110,9 @@ pub enum Command {
     Hotkeys(HotkeysArgs),
     /// Watch a running sidecache in the terminal (its metrics endpoint).
     Top(TopArgs),
+    /// Print an ElastiCache IAM token signed with the AWS credential chain,
+    /// as `--upstream-iam` makes them (e.g. for `redis-cli --pass`).
+    IamToken(IamTokenArgs),
 }
 
 /// `sidecache top [--metrics 127.0.0.1:9121] [--interval 1] [-n 10]`.
@@ -130,6 +135,23 @@ fn top_interval(s: &str) -> Result<f64, String> {
         Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
         _ => Err(format!("{s}: expected seconds from 0.1 to 3600")),
     }
+}
+
+/// `sidecache iam-token --cache NAME --user ID [--region R] [--serverless]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IamTokenArgs {
+    /// The replication group id, or the serverless cache name.
+    #[arg(long, value_name = "NAME")]
+    pub cache: String,
+    /// The ElastiCache user id.
+    #[arg(long, value_name = "ID")]
+    pub user: String,
+    /// The AWS region [default: the AWS chain's, e.g. AWS_REGION].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// A serverless cache.
+    #[arg(long)]
+    pub serverless: bool,
 }
 
 /// `sidecache hotkeys [--by reads|misses|writes] [-n 20] [--addr ADDR]`.
@@ -181,6 +203,9 @@ pub struct Config {
     pub unix_socket: Option<(PathBuf, u32)>,
     /// Upstream settings for the pool.
     pub upstream: UpstreamConfig,
+    /// How upstream connections authenticate (for the start-up line; the
+    /// secret itself is in `upstream`).
+    pub upstream_auth: credentials::UpstreamAuth,
     /// Largest client bulk.
     pub proto_max_bulk_len: u64,
     /// Largest client multibulk.
@@ -209,6 +234,9 @@ pub struct Config {
     pub threads: usize,
     /// L1 cache settings.
     pub l1: L1Config,
+    /// `--l1-commands`: the reads besides GET and MGET the L1 caches
+    /// (lower-case names).
+    pub l1_commands: Vec<String>,
     /// How SETs are acknowledged.
     pub write_mode: WriteMode,
     /// `--write-journal`: where write-behind writes are recorded before
@@ -257,6 +285,7 @@ impl Config {
     pub fn from_options(o: Options) -> Result<Config, ConfigError> {
         let (listen, unix_socket) = sections::listen(&o)?;
         let mut upstream = sections::upstream(&o)?;
+        let upstream_auth = credentials::credentials(&o, &mut upstream)?;
         let (proto_max_bulk_len, max_multibulk_len) = sections::request_limits(&o)?;
         let (metrics_listen, upstream_wait, threads) = sections::runtime(&o)?;
         let maxclients = o.maxclients.unwrap_or(DEFAULT_MAXCLIENTS);
@@ -264,6 +293,9 @@ impl Config {
             return Err(err("--maxclients", "must be at least 1"));
         }
         let l1 = sections::l1(&o)?;
+        let l1_commands =
+            crate::cmd::reads::parse_allowed(o.l1_commands.as_deref().unwrap_or("all"))
+                .map_err(|e| err("--l1-commands", e))?;
         let (output_limit_pubsub, output_limit_normal) =
             output_limits(&o.client_output_buffer_limit)?;
         let requirepass = sections::requirepass(&o, listen)?;
@@ -283,6 +315,7 @@ impl Config {
             hotkeys_sample,
             prefix_stats,
             l1,
+            l1_commands,
             output_limit_pubsub,
             output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),
@@ -290,6 +323,7 @@ impl Config {
             listen,
             unix_socket,
             upstream,
+            upstream_auth,
             proto_max_bulk_len,
             max_multibulk_len,
             client_query_buffer_limit: size(
@@ -341,7 +375,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} upstream_auth={} upstream_reauth_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -352,6 +386,11 @@ impl fmt::Display for Config {
             self.upstream.connect_timeout,
             self.upstream.command_timeout,
             self.upstream.refresh_interval,
+            self.upstream_auth,
+            self.upstream
+                .secret
+                .as_ref()
+                .and(self.upstream.reauth_interval),
             self.upstream.tls_ca_file,
             self.maxclients,
             if self.requirepass.is_some() { "<set>" } else { "<none>" },

@@ -130,6 +130,14 @@ enum Pending {
     Local(Range<usize>),
     Value(Option<Bytes>),
     Fetch(Box<Fetch>),
+    /// An L1 hit of a read beyond GET: the reply as cached (in `from`).
+    Read {
+        reply: Bytes,
+        from: Proto,
+        shape: sidecache_resp::shape::Shape,
+    },
+    /// A read beyond GET being fetched.
+    ReadFetch(Box<cache::reads::ReadFetch>),
     Join(Joined),
     Mget(Vec<MgetItem>),
     Invalidate(Inval),
@@ -180,7 +188,7 @@ impl Pending {
         match self {
             Pending::Invalidate(_) => None,
             Pending::Local(_) | Pending::Journalled(_) => Some(Path::Local),
-            Pending::Value(_) => Some(Path::L1Hit),
+            Pending::Value(_) | Pending::Read { .. } => Some(Path::L1Hit),
             Pending::Mget(items) if items.iter().all(|i| matches!(i, MgetItem::Hit(_))) => {
                 Some(Path::L1Hit)
             }
@@ -542,6 +550,14 @@ impl Client {
             self.forwarded_write = true;
         }
         let inval = self.write_invalidation(info, args);
+        if let Some(rule) = info.read {
+            if shared.l1.enabled() && info.arity_ok(args.len()) {
+                if let Some(shape) = rule.shape(args) {
+                    self.read(info.id, shape, req);
+                    return Flow::Continue;
+                }
+            }
+        }
         if info.handling == Handling::Split(Merge::Values) && shared.l1.enabled() && args.len() >= 2
         {
             self.mget(req);

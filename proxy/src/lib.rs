@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
+//! - [`credentials`]: where a rotating upstream secret comes from: an
+//!   ElastiCache IAM token from the AWS credential chain, or a password file.
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
 //!   [`server::state`] is what all connections share (upstream, table, L1,
 //!   counters, clients).
@@ -29,6 +31,7 @@
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod credentials;
 pub mod metrics;
 pub mod pubsub;
 pub mod server;
@@ -72,8 +75,9 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         ));
     }
     let value = Value::decode(&reply).map_err(|e| StartError::CommandTable(e.to_string()))?;
-    let table =
+    let mut table =
         cmd::table::CommandTable::from_command_reply(value).map_err(StartError::CommandTable)?;
+    table.allow_reads(&config.l1_commands);
     let topo = upstream.topology();
     let masters: Vec<String> = topo.nodes().iter().map(|n| n.addr().to_string()).collect();
     tracing::info!(

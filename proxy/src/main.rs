@@ -1,6 +1,7 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
-//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys; or,
-//! as `sidecache top`, watch a running one in the terminal.
+//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys; as
+//! `sidecache top`, watch a running one in the terminal; or, as
+//! `sidecache iam-token`, print an ElastiCache IAM token.
 
 use std::sync::Arc;
 
@@ -20,6 +21,12 @@ fn main() -> std::process::ExitCode {
             sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()),
         )),
         Some(sidecache::config::Command::Top(args)) => Some(("top", sidecache::top::run(&args))),
+        Some(sidecache::config::Command::IamToken(args)) => Some((
+            "iam-token",
+            sidecache::credentials::iam::cli(&args)
+                .map(|token| println!("{token}"))
+                .map_err(anyhow::Error::msg),
+        )),
         None => None,
     };
     if let Some((name, result)) = subcommand {

@@ -35,10 +35,11 @@ async fn metrics_pass_promtool_and_follow_traffic() {
     assert_eq!(status, 200);
     promtool_check(&before);
 
-    // 100 GET hits in one pipeline, one unknown command, one upstream read.
+    // 100 GET hits in one pipeline, one unknown command, one upstream read
+    // (TTL: not a read the L1 caches).
     let pipeline = b"GET hot\r\n".repeat(100);
     raw_on(&mut c, &pipeline, 100).await;
-    let out = raw_on(&mut c, b"NOSUCHCMD x\r\nSTRLEN hot\r\n", 2).await;
+    let out = raw_on(&mut c, b"NOSUCHCMD x\r\nTTL hot\r\n", 2).await;
     assert!(out.starts_with(b"-ERR unknown command"), "{out:?}");
     // A request that cannot be parsed closes that connection.
     let bad = raw(&pa, b"*1\r\n$x\r\n", 1).await;
@@ -61,7 +62,7 @@ async fn metrics_pass_promtool_and_follow_traffic() {
         1.0
     );
     assert_eq!(
-        delta(r#"sidecache_commands_total{command="strlen",outcome="ok"}"#),
+        delta(r#"sidecache_commands_total{command="ttl",outcome="ok"}"#),
         1.0
     );
     assert_eq!(

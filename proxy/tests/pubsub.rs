@@ -141,13 +141,35 @@ async fn cluster_pubsub() {
     let mut sub = TcpStream::connect(proxy.addr).await.unwrap();
     send(&mut sub, &["SUBSCRIBE chan"], 1).await;
     for n in &cluster.nodes {
-        raw(
-            &n.addr(),
-            &enc(&format!("PUBLISH chan from{}", n.port)).into_bytes(),
-            1,
-        )
-        .await;
-        read_until(&mut sub, &format!("from{}", n.port)).await;
+        // Published again until seen: a node's cluster-bus link to the
+        // subscribed master may still be connecting just after the cluster
+        // formed (seen once on Valkey 9 on a loaded machine), and Redis
+        // Cluster does not queue messages for a link that is not up.
+        let want = format!("from{}", n.port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        'seen: loop {
+            raw(
+                &n.addr(),
+                &enc(&format!("PUBLISH chan {want}")).into_bytes(),
+                1,
+            )
+            .await;
+            let until = Instant::now() + Duration::from_millis(500);
+            let mut buf = [0u8; 4096];
+            while Instant::now() < until {
+                let left = until.saturating_duration_since(Instant::now());
+                if let Ok(r) = tokio::time::timeout(left, sub.read(&mut buf)).await {
+                    let n = r.unwrap();
+                    assert!(n > 0, "closed before {want:?}");
+                    got.extend_from_slice(&buf[..n]);
+                    if String::from_utf8_lossy(&got).contains(&want) {
+                        break 'seen;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "{want:?} never came");
+        }
     }
     let mut ssub = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(

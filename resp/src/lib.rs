@@ -11,6 +11,7 @@
 //! - [`encode`]: writing RESP: commands, headers and bulks, and
 //!   [`encode::Reply`] for replies built locally in the client's protocol.
 //! - [`header`]: `<kind><n>\r\n` header lines, for both of the above.
+//! - [`shape`]: a cached read's reply written in the other protocol.
 //! - [`find`]: where a line ends (a byte loop for short header lines).
 //! - [`int`]: the one integer parser, Redis's `string2ll`.
 //! - [`Proto`]: RESP2 or RESP3.
@@ -21,6 +22,7 @@ pub mod frame;
 pub mod header;
 pub mod int;
 pub mod request;
+pub mod shape;
 
 /// The RESP version spoken on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

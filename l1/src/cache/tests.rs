@@ -281,3 +281,122 @@ fn a_landed_write_releases_only_its_own_value() {
     assert!(!c.release_written(0, b"gone", w1));
     assert_eq!(c.stats().released, 2);
 }
+
+/// A read of `key` named `sig`, looked up now.
+fn read(c: &L1, key: &str, sig: &str) -> ReadLookup {
+    c.read_at(0, key.as_bytes(), |s| s == sig.as_bytes(), Instant::now())
+}
+
+fn fill_read(c: &L1, key: &str, sig: &str, reply: &str) -> bool {
+    let t = c.begin_fill(0, key.as_bytes());
+    c.complete_read(t, 0, &b(key), b(sig), reply.as_bytes(), 2, -1)
+}
+
+#[test]
+fn reads_are_cached_by_signature_beside_get() {
+    let c = l1(1 << 20);
+    assert_eq!(read(&c, "h", "hgetall"), ReadLookup::Miss);
+    assert!(fill_read(&c, "h", "hgetall", "%0\r\n"));
+    assert!(fill_read(&c, "h", "hlen", ":0\r\n"));
+    assert_eq!(read(&c, "h", "hgetall"), ReadLookup::Hit(b("%0\r\n"), 2));
+    assert_eq!(read(&c, "h", "hlen"), ReadLookup::Hit(b(":0\r\n"), 2));
+    assert_eq!(read(&c, "h", "hkeys"), ReadLookup::Miss);
+    // GET is not cached by other reads, and its fill keeps them.
+    assert_eq!(c.get(0, &b("h")), Lookup::Miss);
+    let t = c.begin_fill(0, b"h");
+    assert!(c.complete_fill(t, 0, b("h"), Some(b("v")), -1));
+    assert_eq!(c.get(0, &b("h")), Lookup::Hit(Some(b("v"))));
+    assert_eq!(read(&c, "h", "hlen"), ReadLookup::Hit(b(":0\r\n"), 2));
+    // A fill of the same read replaces it.
+    assert!(fill_read(&c, "h", "hlen", ":1\r\n"));
+    assert_eq!(read(&c, "h", "hlen"), ReadLookup::Hit(b(":1\r\n"), 2));
+    let s = c.stats();
+    assert_eq!((s.read_hits, s.read_fills, s.entries), (4, 3, 1));
+}
+
+#[test]
+fn any_invalidation_of_a_key_drops_all_its_reads() {
+    let c = l1(1 << 20);
+    assert!(fill_read(&c, "h", "hgetall", "%0\r\n"));
+    c.invalidate(0, &b("h"));
+    assert_eq!(read(&c, "h", "hgetall"), ReadLookup::Miss);
+    // A write-behind write of the key drops its other reads.
+    assert!(fill_read(&c, "s", "strlen", ":1\r\n"));
+    let later = Instant::now() + Duration::from_secs(5);
+    assert!(c.insert_written(0, &b("s"), &b("x"), later, Instant::now()));
+    assert_eq!(read(&c, "s", "strlen"), ReadLookup::Miss);
+    assert_eq!(c.get(0, &b("s")), Lookup::Hit(Some(b("x"))));
+    // Also when the written value replaces a cached one in place.
+    assert!(fill_read(&c, "s", "strlen", ":1\r\n"));
+    assert!(c.insert_written(0, &b("s"), &b("y"), later, Instant::now()));
+    assert_eq!(read(&c, "s", "strlen"), ReadLookup::Miss);
+    // FLUSH*.
+    assert!(fill_read(&c, "h", "hgetall", "%0\r\n"));
+    c.clear();
+    assert_eq!(read(&c, "h", "hgetall"), ReadLookup::Miss);
+}
+
+#[test]
+fn a_read_fill_raced_by_an_invalidation_is_discarded() {
+    let c = l1(1 << 20);
+    let t = c.begin_fill(0, b"h");
+    c.invalidate(0, &b("h"));
+    assert!(!c.complete_read(t, 0, &b("h"), b("hgetall"), b"%0\r\n", 2, -1));
+    assert_eq!(read(&c, "h", "hgetall"), ReadLookup::Miss);
+    // A GET fill begun before an invalidation does not bring back reads
+    // cached before it either.
+    assert!(fill_read(&c, "h", "hlen", ":0\r\n"));
+    let t = c.begin_fill(0, b"h");
+    c.invalidate(0, &b("h"));
+    assert!(!c.complete_fill(t, 0, b("h"), Some(b("v")), -1));
+    assert_eq!(read(&c, "h", "hlen"), ReadLookup::Miss);
+}
+
+#[test]
+fn reads_respect_ttl_size_nil_and_count_bounds() {
+    let c = L1::new(L1Config {
+        max_bytes: 1 << 20,
+        max_value_bytes: 8,
+        ..L1Config::default()
+    });
+    let t = c.begin_fill(0, b"k");
+    assert!(!c.complete_read(t, 0, &b("k"), b("big"), b"123456789", 2, -1));
+    // A missing key's read is not cached unless nils are.
+    let t = c.begin_fill(0, b"k");
+    assert!(!c.complete_read(t, 0, &b("k"), b("exists"), b":0\r\n", 2, -2));
+    // It expires with the key.
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_read(t, 0, &b("k"), b("strlen"), b":1\r\n", 2, 30));
+    assert_ne!(read(&c, "k", "strlen"), ReadLookup::Miss);
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(read(&c, "k", "strlen"), ReadLookup::Miss);
+    // At most MAX_READS_PER_KEY per key, the oldest dropped first.
+    for i in 0..reads::MAX_READS_PER_KEY + 2 {
+        assert!(fill_read(&c, "z", &format!("r{i}"), ":1\r\n"));
+    }
+    assert_eq!(read(&c, "z", "r0"), ReadLookup::Miss);
+    assert_eq!(read(&c, "z", "r1"), ReadLookup::Miss);
+    assert_ne!(read(&c, "z", "r2"), ReadLookup::Miss);
+    // Reads weigh in the one byte budget.
+    let w = c.stats().bytes;
+    assert!(fill_read(&c, "y", "x", ":1\r\n"));
+    assert!(c.stats().bytes > w);
+}
+
+#[test]
+fn read_bytes_stay_bounded() {
+    let c = l1(64 * 1024);
+    let reply = "x".repeat(500);
+    for i in 0..2000 {
+        fill_read(&c, &format!("k{i}"), "hgetall", &reply);
+        fill_read(&c, &format!("k{i}"), "hvals", &reply);
+    }
+    assert!(c.stats().bytes <= 64 * 1024, "{}", c.stats().bytes);
+}
+
+#[test]
+fn an_entry_without_other_reads_grows_by_one_pointer() {
+    // value (32) + deadline (16) + written (16) + reads (8): the reads
+    // beyond GET cost a key that has none 8 bytes.
+    assert_eq!(std::mem::size_of::<Entry>(), 72);
+}

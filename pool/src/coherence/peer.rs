@@ -169,7 +169,7 @@ pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
         match up.connector().connect(node.addr(), session).await {
             Ok((rd, wr)) => {
                 backoff = Duration::from_millis(20);
-                let why = run(&up, &peer, rd, wr).await;
+                let why = run(&up, &peer, node.addr(), rd, wr).await;
                 peer.gate.set_down(&why);
             }
             Err(e) => {
@@ -185,6 +185,7 @@ pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
 async fn run<U: Dispatch>(
     up: &U,
     peer: &Peer,
+    addr: &crate::config::NodeAddr,
     mut rd: crate::conn::connect::ReadHalf,
     mut wr: crate::conn::connect::WriteHalf,
 ) -> String {
@@ -203,12 +204,33 @@ async fn run<U: Dispatch>(
         encode::encode_command(&mut p, &[b"PING"]);
         p.freeze()
     };
+    // With a rotating secret, AUTH is sent again every reauth interval (a
+    // RESP3 subscribed connection may run it); the AUTH replies awaited.
+    let auth = up.connector().auth();
+    let mut reauth = auth.reauth_interval().map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    // Non-push replies awaited, in order: `true` for an AUTH's.
+    let mut awaited: std::collections::VecDeque<bool> = std::collections::VecDeque::new();
     loop {
         loop {
             match sc.scan(&buf) {
                 Ok(Some(len)) => {
                     let frame = buf.split_to(len).freeze();
                     if frame.first() != Some(&b'>') {
+                        if awaited.pop_front() == Some(true) {
+                            let refused = frame::error_text(&frame);
+                            let why = refused.map(|t| String::from_utf8_lossy(t).into_owned());
+                            auth.note_reauth(addr, why.as_deref().map_or(Ok(()), Err));
+                            if why.is_some() {
+                                // Replaced as a lost channel is (the L1
+                                // was cleared when it went down).
+                                return "re-authentication refused".into();
+                            }
+                            continue;
+                        }
                         if frame::error_text(&frame).is_some() {
                             return format!("refused: {}", String::from_utf8_lossy(&frame).trim());
                         }
@@ -227,6 +249,15 @@ async fn run<U: Dispatch>(
                 Ok(_) => {}
                 Err(e) => return e.to_string(),
             },
+            _ = tick(&mut reauth) => {
+                let mut p = BytesMut::with_capacity(64);
+                if auth.encode_auth(&mut p) {
+                    if let Err(e) = wr.write_all(&p).await {
+                        return e.to_string();
+                    }
+                    awaited.push_back(true);
+                }
+            }
             _ = heartbeat.tick() => {
                 match ping_sent {
                     Some(t) if t.elapsed() >= HEARTBEAT_TIMEOUT => return "heartbeat timed out".into(),
@@ -235,11 +266,22 @@ async fn run<U: Dispatch>(
                         if let Err(e) = wr.write_all(&ping).await {
                             return e.to_string();
                         }
+                        awaited.push_back(false);
                         ping_sent = Some(Instant::now());
                     }
                 }
             }
         }
+    }
+}
+
+/// The next tick of an optional interval, or never.
+async fn tick(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

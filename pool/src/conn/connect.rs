@@ -10,7 +10,8 @@ use sidecache_resp::frame::{self, Scanner, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::config::{Credentials, NodeAddr, Proto, Seed, Session, UpstreamConfig};
+use crate::auth::Auth;
+use crate::config::{NodeAddr, Proto, Seed, Session, UpstreamConfig};
 use crate::error::{Error, Result};
 
 /// Read half of an upstream connection.
@@ -21,7 +22,7 @@ pub type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 /// Knows how to reach and authenticate to any node of the upstream.
 pub struct Connector {
     tls: Option<tokio_rustls::TlsConnector>,
-    credentials: Option<Credentials>,
+    auth: Arc<Auth>,
     connect_timeout: Duration,
     keepalive: Option<Duration>,
 }
@@ -43,14 +44,14 @@ impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connector")
             .field("tls", &self.tls.is_some())
-            .field("credentials", &self.credentials)
+            .field("auth", &self.auth)
             .finish()
     }
 }
 
 impl Connector {
     /// Builds a connector from the first seed's scheme and credentials (all
-    /// nodes of one deployment share them).
+    /// nodes of one deployment share them), or the rotating secret.
     ///
     /// # Errors
     /// [`Error::Config`] / [`Error::Tls`] for unusable settings.
@@ -69,12 +70,26 @@ impl Connector {
         } else {
             None
         };
+        let auth = match &cfg.secret {
+            Some(_) if first.credentials.is_some() => {
+                return Err(Error::Config(
+                    "a password in the upstream URL and a rotating secret".into(),
+                ))
+            }
+            Some(secret) => Auth::rotating(secret, cfg.reauth_interval),
+            None => Auth::fixed(first.credentials.clone()),
+        };
         Ok(Connector {
             tls,
-            credentials: first.credentials.clone(),
+            auth: Arc::new(auth),
             connect_timeout: cfg.connect_timeout,
             keepalive: cfg.tcp_keepalive,
         })
+    }
+
+    /// What connections authenticate with.
+    pub fn auth(&self) -> &Arc<Auth> {
+        &self.auth
     }
 
     /// How long a connect (and its handshake) may take.
@@ -82,7 +97,10 @@ impl Connector {
         self.connect_timeout
     }
 
-    /// Connects and performs the handshake for `session`.
+    /// Connects and performs the handshake for `session`. With a rotating
+    /// secret, a handshake refused for its credentials fetches the secret
+    /// at once and tries once more (the secret rotated since the last
+    /// refresh), within the same timeout.
     ///
     /// # Errors
     /// [`Error::Connect`], [`Error::Handshake`] or [`Error::Timeout`].
@@ -91,7 +109,18 @@ impl Connector {
         addr: &NodeAddr,
         session: Session,
     ) -> Result<(ReadHalf, WriteHalf)> {
-        tokio::time::timeout(self.connect_timeout, self.connect_inner(addr, session))
+        let attempt = async {
+            match self.connect_inner(addr, session).await {
+                Err(Error::Handshake { reply, .. })
+                    if self.auth.is_rotating() && refuses_credentials(reply.as_bytes()) =>
+                {
+                    self.auth.refresh().await?;
+                    self.connect_inner(addr, session).await
+                }
+                r => r,
+            }
+        };
+        tokio::time::timeout(self.connect_timeout, attempt)
             .await
             .map_err(|_| Error::Connect {
                 addr: addr.to_string(),
@@ -130,7 +159,8 @@ impl Connector {
         };
         let mut out = BytesMut::new();
         let mut n = 0;
-        let creds = self.credentials.as_ref();
+        let creds = self.auth.current();
+        let creds = creds.as_deref();
         if session.proto == Proto::Resp3 {
             let mut args: Vec<&[u8]> = vec![b"HELLO", b"3"];
             if let Some(c) = creds {
@@ -205,6 +235,13 @@ impl Connector {
                 reason: e.to_string(),
             })
     }
+}
+
+/// Whether a handshake error says the credentials were wrong.
+fn refuses_credentials(text: &[u8]) -> bool {
+    text.starts_with(b"WRONGPASS")
+        || text.starts_with(b"NOAUTH")
+        || text.starts_with(b"ERR invalid password")
 }
 
 async fn roundtrip(

@@ -36,6 +36,15 @@
 //! the new connection. Repeated READONLY reconnects (the name has not
 //! moved yet) back off from 20 ms to 1 s.
 //!
+//! # Re-authentication
+//! With a rotating secret (`--upstream-iam`, `--upstream-password-file`),
+//! the writer sends `AUTH` with the current secret every
+//! `--upstream-reauth-interval`, between two requests, never inside one (a
+//! MULTI…EXEC block a client sends on a shared connection is one request),
+//! and the reader counts its answer. A refused one ends the connection as
+//! a `-READONLY` does (above), and the supervisor reconnects with a
+//! freshly fetched secret: no request fails for it.
+//!
 //! # Race window
 //! The writer queues the `Inflight` entry *before* writing the bytes, so the
 //! reader always finds the sink for a reply it reads. If the connection
@@ -50,6 +59,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::Auth;
 use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
@@ -61,7 +71,7 @@ mod supervise;
 
 use gather::Gather;
 use sidecache_resp::encode;
-use sidecache_resp::frame::Scanner;
+use sidecache_resp::frame::{self, Scanner};
 use supervise::{supervise, Role};
 
 /// Requests queued per connection before callers wait (backpressure).
@@ -104,6 +114,8 @@ enum Sink {
     Tracking,
     /// The connection's own heartbeat.
     Ping,
+    /// The connection's own AUTH with a renewed secret.
+    Reauth,
 }
 
 impl Sink {
@@ -236,7 +248,10 @@ impl MuxConn {
 }
 
 /// Runs until the connection breaks (`Some(error)`) or every handle is
-/// dropped (`None`).
+/// dropped (`None`). With `auth` (a rotating secret), it sends `AUTH` with
+/// the current secret every [`Auth::reauth_interval`]; a refused one
+/// replaces the connection as a `-READONLY` does (queued requests wait,
+/// those in flight are answered first), so no request fails for it.
 async fn run_connected(
     addr: &NodeAddr,
     rd: ReadHalf,
@@ -244,6 +259,7 @@ async fn run_connected(
     rx: &mut mpsc::Receiver<Request>,
     channel: Option<&Arc<Channel>>,
     health: Option<&Arc<Health>>,
+    auth: &Arc<Auth>,
 ) -> Option<Error> {
     let (inflight_tx, inflight_rx) = mpsc::channel::<Inflight>(INFLIGHT);
     let pongs = Arc::new(AtomicU64::new(0));
@@ -264,6 +280,7 @@ async fn run_connected(
             health: health.cloned(),
             done: Arc::clone(&done),
             demoted: Some(demoted_tx),
+            auth: Arc::clone(auth),
         },
     ));
     let mut sent: u64 = 0;
@@ -295,6 +312,11 @@ async fn run_connected(
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         heartbeat = Some(t);
     }
+    let mut reauth = auth.reauth_interval().map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
     let mut pings: u64 = 0;
     let mut ping_sent = std::time::Instant::now();
     let mut gather = Gather::default();
@@ -340,6 +362,23 @@ async fn run_connected(
                 continue;
             }
             r = rx.recv() => r,
+            _ = tick(&mut reauth) => {
+                let mut p = BytesMut::with_capacity(64);
+                if !auth.encode_auth(&mut p) {
+                    continue;
+                }
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth };
+                if inflight_tx.send(entry).await.is_err() {
+                    continue;
+                }
+                sent += 1;
+                if let Err(e) = wr.write_all(&p).await {
+                    drop(inflight_tx);
+                    let _ = reader.await;
+                    return Some(lost(e.to_string()));
+                }
+                continue;
+            }
             _ = tick(&mut heartbeat) => {
                 if pongs.load(Ordering::Acquire) < pings {
                     // The connection is kept (closing it could let writes
@@ -444,8 +483,11 @@ struct Watch {
     health: Option<Arc<Health>>,
     /// Requests answered.
     done: Arc<AtomicU64>,
-    /// Told once when the connection must reconnect (READONLY).
+    /// Told once when the connection must reconnect (READONLY, or a
+    /// refused re-authentication).
     demoted: Option<oneshot::Sender<()>>,
+    /// Told how each re-authentication went.
+    auth: Arc<Auth>,
 }
 
 async fn read_loop(
@@ -460,8 +502,10 @@ async fn read_loop(
         .health
         .as_ref()
         .is_some_and(|h| h.reconnects_on_readonly());
-    // Set once READONLY was read: the end of this connection.
+    // Set once READONLY was read (or a re-authentication refused): the
+    // end of this connection.
     let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut reauth_refused = false;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
@@ -509,6 +553,26 @@ async fn read_loop(
                             Sink::Caller(tx) => {
                                 let _ = tx.send(Ok(cur.frames));
                             }
+                            Sink::Reauth => {
+                                let refused = cur
+                                    .frames
+                                    .first()
+                                    .and_then(|f| frame::error_text(f))
+                                    .map(|t| String::from_utf8_lossy(t).into_owned());
+                                watch
+                                    .auth
+                                    .note_reauth(&addr, refused.as_deref().map_or(Ok(()), Err));
+                                if refused.is_some() && drain_until.is_none() {
+                                    // Replaced as after a READONLY: nothing
+                                    // more is written, what is in flight is
+                                    // answered, queued requests wait.
+                                    reauth_refused = true;
+                                    drain_until = Some(tokio::time::Instant::now() + DRAIN_LIMIT);
+                                    if let Some(tx) = watch.demoted.take() {
+                                        let _ = tx.send(());
+                                    }
+                                }
+                            }
                             Sink::Ping => {
                                 pongs.fetch_add(1, Ordering::AcqRel);
                                 // Back after a heartbeat timeout: nothing was
@@ -540,8 +604,14 @@ async fn read_loop(
         let read = match drain_until {
             None => rd.read_buf(&mut buf).await,
             Some(until) => {
-                let demoted = || Error::Demoted {
-                    addr: addr.to_string(),
+                let demoted = || {
+                    if reauth_refused {
+                        lost("re-authentication refused; replaced".into())
+                    } else {
+                        Error::Demoted {
+                            addr: addr.to_string(),
+                        }
+                    }
                 };
                 if current.is_none() {
                     match inflight.try_recv() {

@@ -15,6 +15,14 @@
 //! A connection goes back to the idle list only when its client left it
 //! clean (no MULTI open, nothing watched, every reply read); anything else
 //! is closed, so no client ever inherits another's state.
+//!
+//! With a rotating secret (IAM), a held connection is never sent `AUTH`
+//! (it may sit inside a client's MULTI, where AUTH would be queued); one
+//! authenticated longer ago than `--upstream-reauth-interval` is closed
+//! instead of being given out again. One client holding a connection
+//! longer than the server allows (ElastiCache: 12 hours for IAM) sees it
+//! close, as with the server's `timeout`. Spliced connections
+//! (subscriptions, MONITOR) are their client's for good, likewise.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -78,6 +86,8 @@ struct SessionConnInner {
     rd: ReadHalf,
     wr: WriteHalf,
     buf: BytesMut,
+    /// When it authenticated (at connect).
+    opened: Instant,
 }
 
 /// A connection held by one client. Dropped, it is closed and its room in
@@ -219,14 +229,20 @@ impl SessionPool {
             rd,
             wr,
             buf: BytesMut::with_capacity(4 * 1024),
+            opened: Instant::now(),
         })
     }
 
     fn take_idle(&self, addr: &NodeAddr, session: Session) -> Option<SessionConnInner> {
+        // With a rotating secret, a connection authenticated longer ago
+        // than the re-authentication interval is not given out again (it
+        // is never sent AUTH itself: it may carry a client's MULTI).
+        let reauth = self.connector.auth().reauth_interval();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let list = idle.get_mut(&(addr.clone(), session))?;
         while let Some((c, since)) = list.pop() {
-            if since.elapsed() < IDLE_MAX_AGE {
+            let fresh = reauth.is_none_or(|r| c.opened.elapsed() < r);
+            if since.elapsed() < IDLE_MAX_AGE && fresh {
                 return Some(c);
             }
         }

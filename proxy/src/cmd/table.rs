@@ -96,6 +96,8 @@ pub struct CommandInfo {
     pub invalidation: Invalidation,
     /// Whether it may be acknowledged from memory (write-behind).
     pub write_behind: bool,
+    /// A read the L1 caches (`--l1-commands`), and how.
+    pub read: Option<super::reads::ReadRule>,
     /// Index of the top-level command in [`CommandTable::names`] (shared by
     /// its subcommands): per-command metrics are an array indexed by it.
     pub id: u16,
@@ -361,6 +363,18 @@ impl CommandTable {
         self.set.as_ref()
     }
 
+    /// Keeps the L1's reads to those `allowed` (lower-case names; the
+    /// others are forwarded uncached). Call before the table is shared.
+    pub fn allow_reads(&mut self, allowed: &[String]) {
+        for info in self.commands.values_mut() {
+            if let Some(info) = Arc::get_mut(info) {
+                if !allowed.contains(&info.name) {
+                    info.read = None;
+                }
+            }
+        }
+    }
+
     /// Looks up a command by its arguments (resolving subcommands).
     pub fn lookup(&self, args: &[Bytes]) -> Option<&Arc<CommandInfo>> {
         let name = args.first()?;
@@ -516,8 +530,14 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
         handling,
         invalidation: Invalidation::None,
         write_behind,
+        read: None,
         id,
     };
+    // Read-only by upstream's flags too: a server whose command differs
+    // from Redis's is not cached.
+    if container.is_none() && flags.readonly && !flags.write {
+        info.read = super::reads::rule_for(&info.name);
+    }
     let spec_writes = info.specs.iter().any(|s| s.writes);
     info.invalidation = handling::invalidation(&info.name, info.writes_keys(), spec_writes);
     Some(info)

@@ -137,6 +137,65 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_REFRESH_INTERVAL", value_name = "SECS")]
     pub refresh_interval: Option<f64>,
 
+    /// Authenticate to ElastiCache (Redis OSS 7+, Valkey) with IAM: the
+    /// password is a SigV4 token signed with the AWS credential chain
+    /// (environment, EKS IRSA / Pod Identity, instance profile…), renewed
+    /// every --upstream-auth-refresh and sent again on live connections
+    /// every --upstream-reauth-interval. Needs --upstream-iam-cache and a
+    /// user; no password in the --upstream URL [default: off].
+    #[arg(
+        long,
+        env = "SIDECACHE_UPSTREAM_IAM",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub upstream_iam: Option<bool>,
+
+    /// IAM: the replication group id, or the serverless cache name.
+    #[arg(long, env = "SIDECACHE_UPSTREAM_IAM_CACHE", value_name = "NAME")]
+    pub upstream_iam_cache: Option<String>,
+
+    /// IAM: the AWS region of the cache [default: the AWS chain's, e.g. AWS_REGION].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_IAM_REGION", value_name = "REGION")]
+    pub upstream_iam_region: Option<String>,
+
+    /// IAM: the ElastiCache user id (authentication mode iam) [default:
+    /// the user of the --upstream URL, `rediss://USER@host`].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_IAM_USER", value_name = "ID")]
+    pub upstream_iam_user: Option<String>,
+
+    /// IAM: the cache is an ElastiCache Serverless cache [default: off].
+    #[arg(
+        long,
+        env = "SIDECACHE_UPSTREAM_IAM_SERVERLESS",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub upstream_iam_serverless: Option<bool>,
+
+    /// Read the upstream password from this file, again on every refresh
+    /// (a Kubernetes Secret mounted as a file rotates without a restart);
+    /// the user, if any, is the --upstream URL's (`redis://USER@host`).
+    #[arg(long, env = "SIDECACHE_UPSTREAM_PASSWORD_FILE", value_name = "PATH")]
+    pub upstream_password_file: Option<PathBuf>,
+
+    /// With --upstream-iam or --upstream-password-file: seconds between
+    /// fetches of the secret (under 900 with IAM: a token lives 15
+    /// minutes) [default: 300].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_AUTH_REFRESH", value_name = "SECS")]
+    pub upstream_auth_refresh: Option<f64>,
+
+    /// With --upstream-iam or --upstream-password-file: seconds between
+    /// AUTHs with the current secret on each live upstream connection
+    /// (ElastiCache closes an IAM connection 12 hours after its last
+    /// authentication); 0 never [default: 3600].
+    #[arg(long, env = "SIDECACHE_UPSTREAM_REAUTH_INTERVAL", value_name = "SECS")]
+    pub upstream_reauth_interval: Option<f64>,
+
     /// PEM file of extra CA certificates to trust for rediss:// upstreams.
     #[arg(long, env = "SIDECACHE_TLS_CA_FILE", value_name = "PEM")]
     pub tls_ca_file: Option<PathBuf>,
@@ -178,6 +237,12 @@ pub struct Options {
     /// Also cache nil replies, for this many seconds [default: off].
     #[arg(long, env = "SIDECACHE_L1_CACHE_NIL", value_name = "SECS")]
     pub l1_cache_nil: Option<f64>,
+
+    /// Reads the L1 caches besides GET and MGET (always cached while the L1
+    /// is on): a comma-separated list of command names, or `all`
+    /// [default: all].
+    #[arg(long, env = "SIDECACHE_L1_COMMANDS", value_name = "LIST")]
+    pub l1_commands: Option<String>,
 
     /// Cache only keys with this prefix (repeatable; default: all keys).
     #[arg(
@@ -334,6 +399,14 @@ impl Options {
             client_output_buffer_limit,
             refresh_interval,
             tls_ca_file,
+            upstream_iam,
+            upstream_iam_cache,
+            upstream_iam_region,
+            upstream_iam_user,
+            upstream_iam_serverless,
+            upstream_password_file,
+            upstream_auth_refresh,
+            upstream_reauth_interval,
             log_level,
             log_format,
             metrics_listen,
@@ -352,6 +425,7 @@ impl Options {
             l1_max_value_bytes,
             l1_ttl_cap,
             l1_cache_nil,
+            l1_commands,
             tracking,
             peer_invalidation_channel,
             l1_include_prefix,

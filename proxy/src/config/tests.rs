@@ -404,3 +404,28 @@ fn top_subcommand() {
         );
     }
 }
+
+#[test]
+fn l1_commands_option() {
+    let up = ["--upstream", "redis://127.0.0.1:6379"];
+    let c = Config::from_options(opts(&up)).expect("valid");
+    assert_eq!(c.l1_commands.len(), crate::cmd::reads::READS.len());
+    assert!(c.l1_commands.iter().any(|n| n == "hgetall"));
+    let c = Config::from_options(opts(&[
+        up[0],
+        up[1],
+        "--l1-commands",
+        "GET,hgetall, smembers",
+    ]))
+    .expect("valid");
+    assert_eq!(c.l1_commands, vec!["hgetall", "smembers"]);
+    let e = Config::from_options(opts(&[
+        up[0],
+        up[1],
+        "--l1-commands",
+        "hgetall,srandmember",
+    ]))
+    .expect_err("srandmember is not cacheable");
+    assert_eq!(e.key, "--l1-commands");
+    assert!(e.message.contains("srandmember"), "{}", e.message);
+}

@@ -20,6 +20,8 @@ use sidecache_resp::encode;
 use sidecache_resp::request::Request;
 
 use super::{Client, Fetch, Inval, MgetItem, Pending};
+
+pub(super) mod reads;
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::connection::flight::Role;
@@ -84,10 +86,20 @@ impl Client {
     /// or (`fill`) after `CLIENT CACHING YES` on the node's fill connection.
     /// Returns where its replies are: the builder (the node, or the fill
     /// lane) and the index of the GET's.
-    fn enqueue_fetch(&mut self, node: usize, key: &[u8], fill: bool) -> (u32, u32) {
+    /// `read`: another read than GET, encoded.
+    fn enqueue_fetch(
+        &mut self,
+        node: usize,
+        key: &[u8],
+        fill: bool,
+        read: Option<&[u8]>,
+    ) -> (u32, u32) {
         if !fill {
-            let mut cmd = BytesMut::with_capacity(2 * key.len() + 48);
-            encode::encode_command(&mut cmd, &[b"GET".as_slice(), key]);
+            let mut cmd = BytesMut::with_capacity(2 * key.len() + 48 + read.map_or(0, <[u8]>::len));
+            match read {
+                Some(r) => cmd.extend_from_slice(r),
+                None => encode::encode_command(&mut cmd, &[b"GET".as_slice(), key]),
+            }
             encode::encode_command(&mut cmd, &[b"PTTL".as_slice(), key]);
             let (_, idx) = self.enqueue(node, &cmd);
             // `enqueue` counted one command; the PTTL is the second.
@@ -112,7 +124,10 @@ impl Client {
         }
         b.reads += 1;
         b.buf.extend_from_slice(CACHING_YES);
-        encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]);
+        match read {
+            Some(r) => b.buf.extend_from_slice(r),
+            None => encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]),
+        }
         encode::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
         b.count += 3;
         (lane as u32, (b.count - 3) as u32)
@@ -165,7 +180,7 @@ impl Client {
                         if self.optin && !fill {
                             ticket = None;
                         }
-                        let (at, idx) = self.enqueue_fetch(node, key, fill);
+                        let (at, idx) = self.enqueue_fetch(node, key, fill, None);
                         self.pending.push(Pending::Fetch(Box::new(Fetch {
                             node: at,
                             idx,
@@ -270,7 +285,7 @@ impl Client {
             if self.optin && !fill {
                 ticket = None;
             }
-            let (at, idx) = self.enqueue_fetch(node, key, fill);
+            let (at, idx) = self.enqueue_fetch(node, key, fill, None);
             items.push(MgetItem::Fetch(Fetch {
                 node: at,
                 idx,

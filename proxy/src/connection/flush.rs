@@ -156,6 +156,7 @@ impl Client {
         for p in pending.iter_mut() {
             match p {
                 Pending::Fetch(f) => self.finish_fetch(f).await,
+                Pending::ReadFetch(f) => self.finish_read(f).await,
                 Pending::Mget(items) => {
                     for item in items.iter_mut() {
                         if let MgetItem::Fetch(f) = item {
@@ -219,6 +220,19 @@ impl Client {
             Pending::Local(r) => self.wbuf.put_slice(&self.scratch[r]),
             Pending::Value(v) => write_value(&mut self.wbuf, proto, v.as_ref()),
             Pending::Fetch(f) => write_fetched(&mut self.wbuf, proto, f.result.as_ref()),
+            Pending::Read { reply, from, shape } => {
+                super::cache::reads::write_read(&mut self.wbuf, &reply, shape, from, proto);
+            }
+            Pending::ReadFetch(f) => match f.result {
+                Some(Ok(r)) => self.wbuf.put_slice(&r),
+                Some(Err(e)) => {
+                    e.write_reply(&mut self.wbuf);
+                    return Ok(true);
+                }
+                None => self
+                    .wbuf
+                    .put_slice(b"-ERR upstream fetch was abandoned\r\n"),
+            },
             Pending::Mget(items) => return Ok(self.reply_mget(items, proto)),
             // What `reply_of` does when there is nothing to follow (and a
             // result that failed is answered as there).
@@ -258,7 +272,12 @@ impl Client {
     /// `upstream_errors`).
     async fn reply(&mut self, p: Pending, proto: Proto) -> bool {
         match p {
-            Pending::Local(_) | Pending::Value(_) | Pending::Fetch(_) | Pending::Mget(_) => {
+            Pending::Local(_)
+            | Pending::Value(_)
+            | Pending::Fetch(_)
+            | Pending::Read { .. }
+            | Pending::ReadFetch(_)
+            | Pending::Mget(_) => {
                 return self.reply_ready(p, proto).unwrap_or_default();
             }
             Pending::Join(rx) => {
@@ -542,7 +561,7 @@ impl Client {
 
     /// Takes one reply frame out of a node's results on the client's
     /// connection, or (`fill`) on the node's fill connection.
-    fn take_lane_frame(
+    pub(super) fn take_lane_frame(
         &mut self,
         fill: bool,
         node: u32,

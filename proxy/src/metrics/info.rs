@@ -141,7 +141,7 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
     let sessions = s.upstream.sessions();
     let wb = s.upstream.write_behind();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nblocked_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nupstream_auth:{}\r\nupstream_auth_refreshes:{}\r\nupstream_auth_refresh_failures:{}\r\nupstream_reauths:{}\r\nupstream_reauth_failures:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nblocked_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.engine(),
@@ -164,6 +164,15 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
             .trouble()
             .map_or_else(|| "ok".to_owned(), |t| t.replace(['\r', '\n'], " ")),
         s.upstream.readonly_reconnects(),
+        match &s.config.upstream_auth {
+            crate::config::UpstreamAuth::Url => "url",
+            crate::config::UpstreamAuth::Iam { .. } => "iam",
+            crate::config::UpstreamAuth::PasswordFile(_) => "password-file",
+        },
+        load(&s.upstream.auth().stats.refreshes),
+        load(&s.upstream.auth().stats.refresh_failures),
+        load(&s.upstream.auth().stats.reauths),
+        load(&s.upstream.auth().stats.reauth_failures),
         load(&s.stats.tx.executed),
         load(&s.stats.tx.aborted),
         load(&s.stats.tx.watch_failed),
@@ -190,7 +199,7 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
 fn l1(s: &Shared) -> String {
     let l1 = s.l1.stats();
     format!(
-        "# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\n",
+        "# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\nl1_read_hits:{}\r\nl1_read_misses:{}\r\nl1_read_fills:{}\r\n",
         u8::from(s.l1.enabled()),
         s.l1.config().max_bytes,
         l1.bytes,
@@ -202,6 +211,9 @@ fn l1(s: &Shared) -> String {
         l1.fills_discarded,
         l1.evictions,
         l1.invalidations,
+        l1.read_hits,
+        l1.read_misses,
+        l1.read_fills,
     )
 }
 

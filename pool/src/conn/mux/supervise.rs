@@ -47,8 +47,16 @@ pub(super) async fn supervise(
                 debug!(%addr, "upstream connected");
                 backoff = Duration::from_millis(20);
                 let since = std::time::Instant::now();
-                let reason =
-                    run_connected(&addr, rd, wr, &mut rx, channel.as_ref(), health.as_ref()).await;
+                let reason = run_connected(
+                    &addr,
+                    rd,
+                    wr,
+                    &mut rx,
+                    channel.as_ref(),
+                    health.as_ref(),
+                    connector.auth(),
+                )
+                .await;
                 if let Some(ch) = &channel {
                     let why = reason
                         .as_ref()

@@ -19,6 +19,7 @@ fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> Co
         handling: Handling::Forward,
         invalidation: super::handling::Invalidation::None,
         write_behind: false,
+        read: None,
         id: 0,
     }
 }

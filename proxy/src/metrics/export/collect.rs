@@ -16,6 +16,7 @@ pub(super) fn collect_shared(s: &Shared, o: &mut Out) {
     failover_and_transactions(s, o);
     pubsub_and_blocking(s, o);
     sessions(s, o);
+    auth(s, o);
     write_flushes(s, o);
     journal(s, o);
     invalidation(s, o);
@@ -93,6 +94,9 @@ fn l1(s: &Shared, o: &mut Out) {
     o.counter("sidecache_l1_evictions_total", &[], st.evictions);
     o.counter("sidecache_l1_invalidations_total", &[], st.invalidations);
     o.counter("sidecache_l1_writes_total", &[], st.writes);
+    o.counter("sidecache_l1_read_hits_total", &[], st.read_hits);
+    o.counter("sidecache_l1_read_misses_total", &[], st.read_misses);
+    o.counter("sidecache_l1_read_fills_total", &[], st.read_fills);
     o.counter("sidecache_l1_written_released_total", &[], st.released);
     o.gauge("sidecache_l1_entries", &[], st.entries as f64);
     o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
@@ -210,6 +214,28 @@ fn pubsub_and_blocking(s: &Shared, o: &mut Out) {
         "sidecache_blocked_unblocked_on_disconnect_total",
         &[],
         l(&s.stats.blocking.unblocked_gone),
+    );
+}
+
+/// Rotating upstream credentials: refreshes and re-authentications (all
+/// zero without `--upstream-iam` / `--upstream-password-file`).
+fn auth(s: &Shared, o: &mut Out) {
+    let a = &s.upstream.auth().stats;
+    o.counter(
+        "sidecache_upstream_auth_refreshes_total",
+        &[],
+        l(&a.refreshes),
+    );
+    o.counter(
+        "sidecache_upstream_auth_refresh_failures_total",
+        &[],
+        l(&a.refresh_failures),
+    );
+    o.counter("sidecache_upstream_reauths_total", &[], l(&a.reauths));
+    o.counter(
+        "sidecache_upstream_reauth_failures_total",
+        &[],
+        l(&a.reauth_failures),
     );
 }
 
