@@ -196,8 +196,11 @@ def env_with(base, **extra):
 def scenario_image(run, cfg, health, out):
     """The image as built: its entrypoint and command, as its user, upstream
     by host name (localhost: /etc/hosts through nsswitch's `files`)."""
+    # SIDECACHE_PREFIX_STATS: the per-prefix series the dashboard reads
+    # exist only with it.
     env = env_with({}, SIDECACHE_UPSTREAM="redis://localhost:6379",
-                   SIDECACHE_UNIX_SOCKET="/run/sidecache/sidecache.sock")
+                   SIDECACHE_UNIX_SOCKET="/run/sidecache/sidecache.sock",
+                   SIDECACHE_PREFIX_STATS="check:")
     p = run.start("image-default", cfg["Entrypoint"] + cfg["Cmd"], env=env, user=cfg["User"])
     wait_for("the image's health check", lambda: healthy(run, health, cfg["User"]), p)
     ok("image's own entrypoint/command as 10001: health check passes")
@@ -209,8 +212,9 @@ def scenario_image(run, cfg, health, out):
     if (st.st_uid, st.st_gid) != (10001, 10001) or st.st_mode & 0o777 != 0o660:
         fail(f"socket owned {st.st_uid}:{st.st_gid} mode {oct(st.st_mode & 0o777)}")
     ok("serves on /run/sidecache/sidecache.sock (10001:10001, 0660): the image's socket directory is writable")
-    # Traffic that fills the series the dashboard reads: hits, misses, an
-    # error reply, an upstream command.
+    # Traffic that fills the series the dashboard reads: hits, misses (of
+    # the check: prefix and of other keys), an error reply, an upstream
+    # command.
     cli("GET", "check:image:tcp", port=6380)
     cli("GET", "check:missing", port=6380)
     cli("INCR", "check:image:tcp", port=6380)

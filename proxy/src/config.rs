@@ -108,9 +108,33 @@ pub enum LogFormat {
 pub enum Command {
     /// Print a running sidecache's hot keys (SIDECACHE HOTKEYS over RESP).
     Hotkeys(HotkeysArgs),
+    /// Watch a running sidecache in the terminal (its metrics endpoint).
+    Top(TopArgs),
     /// Print an ElastiCache IAM token signed with the AWS credential chain,
     /// as `--upstream-iam` makes them (e.g. for `redis-cli --pass`).
     IamToken(IamTokenArgs),
+}
+
+/// `sidecache top [--metrics 127.0.0.1:9121] [--interval 1] [-n 10]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TopArgs {
+    /// The sidecache's metrics endpoint (its --metrics-listen address):
+    /// /metrics and /debug/hotkeys are read from there.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_METRICS_LISTEN)]
+    pub metrics: String,
+    /// Seconds between refreshes (0.1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = top_interval)]
+    pub interval: f64,
+    /// How many hot keys (by reads) to show.
+    #[arg(short = 'n', long = "count", default_value_t = 10)]
+    pub n: usize,
+}
+
+fn top_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: expected seconds from 0.1 to 3600")),
+    }
 }
 
 /// `sidecache iam-token --cache NAME --user ID [--region R] [--serverless]`.

@@ -330,14 +330,22 @@ impl Client {
         let shared_limit = shared.config.output_limit_normal as usize;
         let optin =
             shared.upstream.tracking_mode() == Some(sidecache_pool::config::TrackingMode::Optin);
+        let metrics = ConnMetrics::new(&shared.metrics);
+        let hot = crate::metrics::hotkeys::Sampler::new(&shared.hotkeys, id);
+        // The prefix figures look at every L1 lookup.
+        let hot = if metrics.prefix.on() {
+            hot.watch_every_read()
+        } else {
+            hot
+        };
         Client {
+            metrics,
+            hot,
             fills: Vec::new(),
             fill_lanes: shared.upstream.fill_connections(),
             optin,
             forwarded_write: false,
             answered: 0,
-            metrics: ConnMetrics::new(&shared.metrics),
-            hot: crate::metrics::hotkeys::Sampler::new(&shared.hotkeys, id),
             shared,
             st,
             topo,

@@ -20,6 +20,8 @@
 //!   ([`metrics::http`]), the proxy's own INFO sections ([`metrics::info`]),
 //!   and once-a-second warnings ([`metrics::watch`]: topology changes,
 //!   retries, tracking loss).
+//! - [`top`]: `sidecache top`, a client of that endpoint: a terminal view of
+//!   a running sidecache, refreshed every second.
 //!
 //! Upstream work (routing, connections, redirects) lives in `sidecache-pool`;
 //! the wire format (request parser, reply framing, encoders) in
@@ -33,6 +35,7 @@ pub mod credentials;
 pub mod metrics;
 pub mod pubsub;
 pub mod server;
+pub mod top;
 
 use std::sync::Arc;
 

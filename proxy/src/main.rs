@@ -1,6 +1,7 @@
 //! The `sidecache` binary: parse configuration, start, run until SIGTERM or
-//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys, or,
-//! as `sidecache iam-token`, an ElastiCache IAM token.
+//! SIGINT; or, as `sidecache hotkeys`, print a running one's hot keys; as
+//! `sidecache top`, watch a running one in the terminal; or, as
+//! `sidecache iam-token`, print an ElastiCache IAM token.
 
 use std::sync::Arc;
 
@@ -14,30 +15,28 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
     let mut options = Options::parse();
-    match options.command.take() {
-        Some(sidecache::config::Command::Hotkeys(args)) => {
-            return match sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock())
-            {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sidecache hotkeys: {e:#}");
-                    std::process::ExitCode::FAILURE
-                }
-            };
-        }
-        Some(sidecache::config::Command::IamToken(args)) => {
-            return match sidecache::credentials::iam::cli(&args) {
-                Ok(token) => {
-                    println!("{token}");
-                    std::process::ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("sidecache iam-token: {e}");
-                    std::process::ExitCode::FAILURE
-                }
-            };
-        }
-        None => {}
+    let subcommand = match options.command.take() {
+        Some(sidecache::config::Command::Hotkeys(args)) => Some((
+            "hotkeys",
+            sidecache::metrics::hotkeys::cli::run(&args, &mut std::io::stdout().lock()),
+        )),
+        Some(sidecache::config::Command::Top(args)) => Some(("top", sidecache::top::run(&args))),
+        Some(sidecache::config::Command::IamToken(args)) => Some((
+            "iam-token",
+            sidecache::credentials::iam::cli(&args)
+                .map(|token| println!("{token}"))
+                .map_err(anyhow::Error::msg),
+        )),
+        None => None,
+    };
+    if let Some((name, result)) = subcommand {
+        return match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sidecache {name}: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
     }
     let config = match Config::load(options) {
         Ok(c) => c,

@@ -223,19 +223,28 @@ impl Metrics {
     /// hot-path call a no-op.
     pub fn new(table: &CommandTable, enabled: bool) -> Metrics {
         let mut names: Vec<String> = table.names().to_vec();
-        let unknown = names.len() as u16;
-        names.push("unknown".into());
         let id_of = |name: &str| {
             table
                 .lookup(&[bytes::Bytes::copy_from_slice(name.as_bytes())])
-                .map_or(unknown, |i| i.id)
+                .map(|i| i.id)
         };
+        // A local command upstream does not know (SIDECACHE; CLUSTER on a
+        // standalone server that lacks it) is counted under its own name,
+        // after the table's; `unknown` stays last.
+        let local_ids = LOCALS.map(|(_, n)| {
+            id_of(n).unwrap_or_else(|| {
+                names.push(n.into());
+                (names.len() - 1) as u16
+            })
+        });
+        let unknown = names.len() as u16;
+        names.push("unknown".into());
         Metrics {
             enabled,
             commands: (0..names.len() * 2).map(|_| AtomicU64::new(0)).collect(),
             latency: Default::default(),
-            get_id: id_of("get"),
-            local_ids: LOCALS.map(|(_, n)| id_of(n)),
+            get_id: id_of("get").unwrap_or(unknown),
+            local_ids,
             names,
             shards: Mutex::new(BTreeMap::new()),
             redirects: Default::default(),
@@ -543,6 +552,32 @@ mod tests {
         assert_eq!(m.latency(Path::L1Hit).snapshot().count, 1);
         assert_eq!(m.latency(Path::Upstream).snapshot().count, 2);
         assert_eq!(m.latency(Path::Local).snapshot().count, 0);
+    }
+
+    #[test]
+    fn local_commands_upstream_lacks_count_under_their_name() {
+        let m = metrics();
+        // The table has get and set only: PING and SIDECACHE get ids of
+        // their own, after the table's, and unknown stays last.
+        let (ping, sidecache) = (m.local_id(Local::Ping), m.local_id(Local::Sidecache));
+        assert!(ping > m.get_id() && ping != sidecache);
+        assert!(sidecache < m.unknown_id());
+        let mut c = ConnMetrics::new(&m);
+        for id in [sidecache, sidecache, ping, m.unknown_id()] {
+            c.command(id);
+            c.replied(Path::Local, b"+OK\r\n");
+        }
+        c.resolved();
+        c.written(&m);
+        assert_eq!(
+            m.commands(),
+            vec![
+                ("ping", false, 1),
+                ("sidecache", false, 2),
+                ("unknown", false, 1)
+            ]
+        );
+        assert_eq!(m.latency(Path::Local).snapshot().count, 4);
     }
 
     #[test]

@@ -6,44 +6,10 @@
 
 mod support;
 
-use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{cli, http_get, raw, raw_on, Cluster, Observed, RedisServer};
-
-/// The value of one series (`name` or `name{labels}`), 0 when absent.
-fn series(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
-/// Runs `promtool check metrics` on `text`; fails the test on any problem.
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool must be installed (Debian package prometheus; see .ci/run)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool: {report}\n{text}");
-    assert!(report.trim().is_empty(), "promtool: {report}");
-}
+use support::{cli, http_get, promtool_check, raw, raw_on, series, Cluster, Observed, RedisServer};
 
 #[tokio::test]
 async fn metrics_pass_promtool_and_follow_traffic() {

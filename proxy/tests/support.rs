@@ -8,6 +8,7 @@
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -727,4 +728,37 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
     (status, body.to_owned())
+}
+
+/// The value of one series (`name` or `name{labels}`), 0 when absent.
+pub fn series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Runs `promtool check metrics` on `text`; fails the test on any problem.
+pub fn promtool_check(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool must be installed (Debian package prometheus; see .ci/run)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool: {report}\n{text}");
+    assert!(report.trim().is_empty(), "promtool: {report}");
 }

@@ -361,7 +361,8 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_PREFIX_STATS_SEPARATOR", value_name = "CHAR")]
     pub prefix_stats_separator: Option<String>,
 
-    /// `sidecache hotkeys`: ask a running sidecache for its hot keys.
+    /// `sidecache hotkeys` (ask a running sidecache for its hot keys) or
+    /// `sidecache top` (watch one in the terminal).
     #[command(subcommand)]
     #[serde(skip)]
     pub command: Option<super::Command>,

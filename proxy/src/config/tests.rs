@@ -353,7 +353,7 @@ fn hotkeys_subcommand_leaves_the_flags_alone() {
                 ("misses", 5, "127.0.0.1:7000")
             );
         }
-        _ => panic!("not hotkeys"),
+        other => panic!("not hotkeys: {other:?}"),
     }
     let o = opts(&["hotkeys"]);
     match o.command {
@@ -363,9 +363,46 @@ fn hotkeys_subcommand_leaves_the_flags_alone() {
                 ("reads", 20, "127.0.0.1:6380")
             );
         }
-        _ => panic!("not hotkeys"),
+        other => panic!("not hotkeys: {other:?}"),
     }
     assert!(Options::try_parse_from(["sidecache", "hotkeys", "--by", "size"]).is_err());
+}
+
+#[test]
+fn top_subcommand() {
+    match opts(&["top"]).command {
+        Some(Command::Top(a)) => {
+            assert_eq!(
+                (a.metrics.as_str(), a.interval, a.n),
+                ("127.0.0.1:9121", 1.0, 10)
+            );
+        }
+        other => panic!("not top: {other:?}"),
+    }
+    let o = opts(&[
+        "top",
+        "--metrics",
+        "10.0.0.1:9200",
+        "--interval",
+        "0.5",
+        "-n",
+        "3",
+    ]);
+    match o.command {
+        Some(Command::Top(a)) => {
+            assert_eq!(
+                (a.metrics.as_str(), a.interval, a.n),
+                ("10.0.0.1:9200", 0.5, 3)
+            );
+        }
+        other => panic!("not top: {other:?}"),
+    }
+    for bad in ["0", "0.05", "-1", "5000", "x"] {
+        assert!(
+            Options::try_parse_from(["sidecache", "top", "--interval", bad]).is_err(),
+            "{bad}"
+        );
+    }
 }
 
 #[test]

@@ -75,7 +75,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_connections_received_total", C, &[], "Client connections accepted."),
     fam("sidecache_connections_rejected_total", C, &[], "Client connections refused by --maxclients."),
     fam("sidecache_protocol_errors_total", C, &[], "Client requests that could not be parsed (the client is disconnected)."),
-    fam("sidecache_commands_total", C, &["command", "outcome"], "Commands by name (subcommands count under their command; unknown: not in the upstream command table) and outcome (ok, or error: an error reply)."),
+    fam("sidecache_commands_total", C, &["command", "outcome"], "Commands by name (subcommands count under their command; unknown: neither in the upstream command table nor one the proxy answers itself, such as SIDECACHE) and outcome (ok, or error: an error reply)."),
     fam("sidecache_command_duration_seconds", H, &["path"], "Latency as clients see it, from reading a request to writing its reply, by path: l1_hit, upstream (upstream took part), local (answered by the proxy)."),
     // L1.
     fam("sidecache_l1_hits_total", C, &[], "L1 lookups answered from memory."),

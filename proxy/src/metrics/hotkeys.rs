@@ -9,8 +9,8 @@
 //! `metrics/http.rs`, the `sidecache hotkeys` subcommand in `main.rs`).
 //!
 //! **Cost.** A connection counts down to its next sample in a plain
-//! integer: an unsampled lookup costs a compare and a decrement, nothing
-//! shared. A sampled one locks the dimension's mutex and updates its sketch
+//! integer: an unsampled lookup costs a decrement and a test for zero,
+//! nothing shared ([`Sampler`]). A sampled one locks the dimension's mutex and updates its sketch
 //! (one hash lookup and a short walk down a heap of the counts; a key not
 //! tracked takes over the smallest count, the heap's root). The gap to the next sample
 //! is drawn uniformly from `1..=2N-1` (mean `N`) by a per-connection
@@ -322,12 +322,26 @@ impl HotKeys {
 }
 
 /// A connection's countdown to its next sample (reads and writes apart).
+///
+/// A GET hit pays one decrement and one test for zero ([`Sampler::read_due`]):
+/// the countdown to the next read that needs a closer look. That is the
+/// next sample, or every read when every read is watched
+/// ([`Sampler::watch_every_read`]: `--prefix-stats` counts each one), in
+/// which case a second countdown finds the samples
+/// ([`Sampler::read_sampled`]). So the prefix figures' off switch costs a
+/// GET hit nothing of its own.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     /// 0: off.
     sample: u32,
+    /// Reads to the next one that needs a closer look (never 0 between
+    /// calls).
+    reads_due: u32,
+    /// Reads to the next sample (never 0 between calls).
     reads_left: u32,
+    /// Writes to the next sample (never 0 between calls).
     writes_left: u32,
+    every_read: bool,
     rng: u64,
 }
 
@@ -336,16 +350,27 @@ impl Sampler {
     pub fn new(hot: &HotKeys, seed: u64) -> Sampler {
         let mut s = Sampler {
             sample: if hot.enabled() { hot.sample } else { 0 },
+            reads_due: u32::MAX,
             reads_left: u32::MAX,
             writes_left: u32::MAX,
+            every_read: false,
             // Never zero (xorshift's fixed point).
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
         };
         if s.sample > 0 {
             s.reads_left = s.gap();
+            s.reads_due = s.reads_left;
             s.writes_left = s.gap();
         }
         s
+    }
+
+    /// Every read is due for a closer look (for the prefix figures); the
+    /// samples stay the same.
+    pub fn watch_every_read(mut self) -> Sampler {
+        self.every_read = true;
+        self.reads_due = 1;
+        self
     }
 
     /// Uniform in `1..=2N-1` (mean `N`); 1 when `N` is 1.
@@ -359,34 +384,46 @@ impl Sampler {
         1 + (x % span) as u32
     }
 
+    /// Counts a read: whether it needs a closer look, then
+    /// [`Sampler::read_sampled`] (a sample is due, or every read is
+    /// watched).
+    #[inline]
+    pub fn read_due(&mut self) -> bool {
+        self.reads_due = self.reads_due.wrapping_sub(1);
+        self.reads_due == 0
+    }
+
+    /// After [`Sampler::read_due`] said so: whether this read is a sample.
+    pub fn read_sampled(&mut self) -> bool {
+        if self.every_read {
+            self.reads_due = 1;
+            self.reads_left = self.reads_left.wrapping_sub(1);
+            if self.reads_left != 0 {
+                return false;
+            }
+        }
+        let sampled = self.sample > 0;
+        self.reads_left = if sampled { self.gap() } else { u32::MAX };
+        if !self.every_read {
+            self.reads_due = self.reads_left;
+        }
+        sampled
+    }
+
     /// Counts a read: whether it is sampled.
     #[inline]
     pub fn read(&mut self) -> bool {
-        if self.reads_left > 1 {
-            self.reads_left -= 1;
-            return false;
-        }
-        self.rearm_read()
+        self.read_due() && self.read_sampled()
     }
 
     /// Counts a write: whether it is sampled.
     #[inline]
     pub fn write(&mut self) -> bool {
-        if self.writes_left > 1 {
-            self.writes_left -= 1;
+        self.writes_left = self.writes_left.wrapping_sub(1);
+        if self.writes_left != 0 {
             return false;
         }
         self.rearm_write()
-    }
-
-    #[cold]
-    fn rearm_read(&mut self) -> bool {
-        if self.sample == 0 {
-            self.reads_left = u32::MAX;
-            return false;
-        }
-        self.reads_left = self.gap();
-        true
     }
 
     #[cold]

@@ -183,3 +183,29 @@ fn keys_are_escaped() {
         "{\"by\":\"reads\",\"sample\":16,\"keys\":[{\"db\":1,\"key\":\"q\\\"\\\\xff\",\"count\":32}]}\n"
     );
 }
+
+#[test]
+fn watching_every_read_keeps_the_samples() {
+    let hot = HotKeys::new(4, 16);
+    let mut plain = Sampler::new(&hot, 9);
+    let mut every = Sampler::new(&hot, 9).watch_every_read();
+    for i in 0..10_000 {
+        // Every read is due when watched; the samples are the same reads.
+        assert!(every.read_due(), "read {i}");
+        let sampled = plain.read_due() && plain.read_sampled();
+        assert_eq!(every.read_sampled(), sampled, "read {i}");
+    }
+    // Off: due only after 2^32 - 1 reads, never sampled.
+    let off = HotKeys::new(0, 16);
+    let mut s = Sampler::new(&off, 3).watch_every_read();
+    assert!((0..1000).all(|_| s.read_due() && !s.read_sampled()));
+    let mut s = Sampler::new(&off, 3);
+    assert!((0..1000).all(|_| !s.read_due()));
+}
+
+#[test]
+fn samples_one_in_one() {
+    let hot = HotKeys::new(4, 1);
+    let mut s = Sampler::new(&hot, 5);
+    assert!((0..100).all(|_| s.read() && s.write()));
+}
