@@ -32,8 +32,25 @@ use sidecache_resp::encode;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use crate::config::Credentials;
 use crate::error::{Error, Result};
+
+/// Credentials sent with AUTH / HELLO AUTH.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// ACL user; `None` means the default user (`AUTH password`).
+    pub username: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
 
 /// The future a [`SecretSource`] returns: the secret, or why not.
 pub type SecretFuture<'a> = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;

@@ -65,23 +65,7 @@ impl Default for Session {
     }
 }
 
-/// Credentials sent with AUTH / HELLO AUTH.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// ACL user; `None` means the default user (`AUTH password`).
-    pub username: Option<String>,
-    /// The password.
-    pub password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub use crate::auth::Credentials;
 
 /// A node address as `host:port`; the host may be a name (TLS, ElastiCache).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

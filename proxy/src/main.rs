@@ -23,9 +23,16 @@ fn main() -> std::process::ExitCode {
         Some(sidecache::config::Command::Top(args)) => Some(("top", sidecache::top::run(&args))),
         Some(sidecache::config::Command::IamToken(args)) => Some((
             "iam-token",
-            sidecache::credentials::iam::cli(&args)
-                .map(|token| println!("{token}"))
-                .map_err(anyhow::Error::msg),
+            sidecache::credentials::iam::cli(
+                sidecache::credentials::iam::TokenRequest {
+                    cache: args.cache,
+                    user: args.user,
+                    serverless: args.serverless,
+                },
+                args.region,
+            )
+            .map(|token| println!("{token}"))
+            .map_err(anyhow::Error::msg),
         )),
         None => None,
     };

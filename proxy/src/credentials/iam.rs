@@ -206,15 +206,8 @@ impl SecretSource for IamToken {
 ///
 /// # Errors
 /// As [`IamToken::token`], or when the chain does not answer in 30 seconds.
-pub fn cli(args: &crate::config::IamTokenArgs) -> Result<String, String> {
-    let source = IamToken::new(
-        TokenRequest {
-            cache: args.cache.clone(),
-            user: args.user.clone(),
-            serverless: args.serverless,
-        },
-        args.region.clone(),
-    );
+pub fn cli(request: TokenRequest, region: Option<String>) -> Result<String, String> {
+    let source = IamToken::new(request, region);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
