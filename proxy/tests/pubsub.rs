@@ -263,7 +263,17 @@ async fn subscriptions_are_shared_upstream_and_fanned_out() {
         assert!(Instant::now() < deadline, "upstream subscriptions left");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(send(&mut p, &["PUBLISH news again"], 1).await, ":0\r\n");
+    // The upstream UNSUBSCRIBE went on the link's connection, this PUBLISH
+    // on another: the server may count the link a moment longer (seen on
+    // Valkey 9 on a loaded machine), so it is asked until it says 0.
+    loop {
+        let n = send(&mut p, &["PUBLISH news again"], 1).await;
+        if n == ":0\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "PUBLISH still reaches {n:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     proxy.stop().await;
 }
 
