@@ -497,23 +497,7 @@ impl Client {
     /// Takes a fetch's GET and PTTL replies, fills the L1 when allowed, and
     /// publishes the result to coalesced readers.
     async fn finish_fetch(&mut self, f: &mut Fetch) {
-        let (got, pttl) = if f.fill {
-            // Not tracked unless Redis took the CLIENT CACHING YES: fetched
-            // only, not cached.
-            let caching = self.take_lane_frame(true, f.node, f.idx);
-            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
-                f.ticket = None;
-            }
-            (
-                self.take_lane_frame(true, f.node, f.idx + 1),
-                self.take_lane_frame(true, f.node, f.idx + 2),
-            )
-        } else {
-            (
-                self.take_frame(f.node, f.idx),
-                self.take_frame(f.node, f.idx + 1),
-            )
-        };
+        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx, &mut f.ticket);
         let result = match got {
             Err(e) => Fetched::Error(e.reply()),
             Ok(frame) if frame::error_text(&frame).is_some() && self.topo.is_cluster() => {
@@ -534,10 +518,6 @@ impl Client {
             }
             Ok(frame) => {
                 let r = fetched(&frame);
-                let pttl = pttl.ok().and_then(|p| match Value::decode(&p) {
-                    Ok(Value::Int(n)) => Some(n),
-                    _ => None,
-                });
                 if let (Fetched::Value(v), Some(ticket), Some(pttl)) = (&r, f.ticket, pttl) {
                     self.shared.l1.complete_fill(
                         ticket,
@@ -555,6 +535,37 @@ impl Client {
             self.shared.flights.land(self.st.db, &f.key, &flight);
         }
         f.result = Some(result);
+    }
+
+    /// A fetch's two replies (the read's and its PTTL, as an integer), at
+    /// `idx` of its builder; on the fill connection (`fill`) after the
+    /// `CLIENT CACHING YES` at `idx`, whose refusal drops the ticket: the
+    /// read is then not tracked, so fetched only, not cached.
+    pub(super) fn take_fetched(
+        &mut self,
+        fill: bool,
+        node: u32,
+        idx: u32,
+        ticket: &mut Option<sidecache_l1::FillTicket>,
+    ) -> (sidecache_pool::Result<Bytes>, Option<i64>) {
+        let first = if fill {
+            let caching = self.take_lane_frame(true, node, idx);
+            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
+                *ticket = None;
+            }
+            idx + 1
+        } else {
+            idx
+        };
+        let got = self.take_lane_frame(fill, node, first);
+        let pttl =
+            self.take_lane_frame(fill, node, first + 1)
+                .ok()
+                .and_then(|p| match Value::decode(&p) {
+                    Ok(Value::Int(n)) => Some(n),
+                    _ => None,
+                });
+        (got, pttl)
     }
 
     /// Takes one reply frame out of a node's results.

@@ -14,7 +14,7 @@
 use bytes::{Bytes, BytesMut};
 use sidecache_l1::{FillTicket, ReadLookup};
 use sidecache_pool::{Proto, Slot};
-use sidecache_resp::frame::{self, Value};
+use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 use sidecache_resp::shape::{self, Shape};
 
@@ -140,22 +140,7 @@ impl Client {
     /// Takes a read's reply and PTTL, fills the L1 when allowed, and
     /// keeps the reply, in the client's protocol, for the reply pass.
     pub(in crate::connection) async fn finish_read(&mut self, f: &mut ReadFetch) {
-        let (got, pttl) = if f.fill {
-            // Not tracked unless Redis took the CLIENT CACHING YES.
-            let caching = self.take_lane_frame(true, f.node, f.idx);
-            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
-                f.ticket = None;
-            }
-            (
-                self.take_lane_frame(true, f.node, f.idx + 1),
-                self.take_lane_frame(true, f.node, f.idx + 2),
-            )
-        } else {
-            (
-                self.take_frame(f.node, f.idx),
-                self.take_frame(f.node, f.idx + 1),
-            )
-        };
+        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx, &mut f.ticket);
         let proto = self.st.proto;
         // Fill connections speak RESP3 (their invalidations are pushes).
         let from = if f.fill { Proto::Resp3 } else { proto };
@@ -187,10 +172,6 @@ impl Client {
                         }
                     }
                 };
-                let pttl = pttl.ok().and_then(|p| match Value::decode(&p) {
-                    Ok(Value::Int(n)) => Some(n),
-                    _ => None,
-                });
                 if let (Some(ticket), Some(pttl)) = (f.ticket, pttl) {
                     self.shared.l1.complete_read(
                         ticket,
