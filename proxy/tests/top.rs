@@ -78,18 +78,29 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `Some(status)` once the command in the pane exited.
+    /// `Some(status)` once the command in the pane exited: its exit status,
+    /// or 128 + the signal that killed it. tmux marks a pane dead when its
+    /// terminal closes, which can come before it has reaped the process and
+    /// knows the status; until then this is `None`.
     fn exited(&self) -> Option<i32> {
         let out = self.run(&[
             "display-message",
             "-p",
             "-t",
             "top",
-            "#{pane_dead} #{pane_dead_status}",
+            "#{pane_dead} s=#{pane_dead_status} k=#{pane_dead_signal}",
         ]);
         let text = String::from_utf8_lossy(&out.stdout);
         let mut f = text.split_whitespace();
-        (f.next() == Some("1")).then(|| f.next().and_then(|s| s.parse().ok()).unwrap_or(-1))
+        if f.next() != Some("1") {
+            return None;
+        }
+        let num = |prefix: &str, f: Option<&str>| {
+            f.and_then(|s| s.strip_prefix(prefix))
+                .and_then(|s| s.parse::<i32>().ok())
+        };
+        let (status, signal) = (num("s=", f.next()), num("k=", f.next()));
+        status.or(signal.map(|k| 128 + k))
     }
 
     /// Waits until the screen passes `ok`, and returns it.
