@@ -240,6 +240,9 @@ pub struct Client {
     /// CLIENT TRACKING: the keys of this batch's tracked reads (see
     /// `tracked`).
     tracked_reads: Vec<(u16, Bytes)>,
+    /// Keys this batch read on a fill lane (optin: Redis now follows them
+    /// for sidecache), kept only while the client tracks.
+    fill_reads: Vec<(u16, Bytes)>,
     /// CLIENT TRACKING: a CLIENT CACHING was followed by a command.
     caching_used: bool,
     batch_bytes: usize,
@@ -355,6 +358,7 @@ impl Client {
             wbuf: BytesMut::with_capacity(16 * 1024),
             keys: Vec::new(),
             tracked_reads: Vec::new(),
+            fill_reads: Vec::new(),
             caching_used: false,
             batch_bytes: 0,
             commands: 0,

@@ -140,8 +140,8 @@ pub enum Delivery {
     Lost,
     /// A MONITOR line, encoded.
     Monitor(Bytes),
-    /// CLIENT TRACKING: a key changed (`None`: every key may have).
-    Invalidate(Option<Bytes>),
+    /// CLIENT TRACKING: these keys changed (`None`: every key may have).
+    Invalidate(Option<tracking::Keys>),
     /// CLIENT TRACKING: the REDIRECT client (this id) left.
     RedirectBroken(u64),
 }
@@ -154,7 +154,9 @@ impl Delivery {
             Delivery::ShardUnsubscribed(c) => c.len() + 48,
             Delivery::Lost => 0,
             Delivery::Monitor(l) => l.len(),
-            Delivery::Invalidate(k) => k.as_ref().map_or(0, Bytes::len) + 48,
+            Delivery::Invalidate(k) => {
+                k.as_ref().map_or(0, |k| k.iter().map(Bytes::len).sum()) + 48
+            }
             Delivery::RedirectBroken(_) => 48,
         }
     }

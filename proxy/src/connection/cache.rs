@@ -124,6 +124,9 @@ impl Client {
         }
         b.reads += 1;
         b.buf.extend_from_slice(CACHING_YES);
+        if self.st.tracking.on {
+            self.fill_reads.push((db, Bytes::copy_from_slice(key)));
+        }
         match read {
             Some(r) => b.buf.extend_from_slice(r),
             None => encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]),
@@ -340,11 +343,28 @@ impl Client {
                 }
             }
         };
-        self.apply(&inval);
+        self.apply_l1(&inval);
         Some(inval)
     }
 
-    /// Drops what `inval` names from the L1.
+    /// Drops what `inval` names from the L1, before the write is sent;
+    /// tracking clients hear of it at its acknowledgement ([`Client::apply`]).
+    pub(super) fn apply_l1(&self, inval: &Inval) {
+        match inval {
+            Inval::Keys(keys) => {
+                for k in keys {
+                    self.shared.drop_cached(self.st.db, k);
+                }
+            }
+            Inval::All => {
+                self.shared.l1.clear();
+                self.shared.flights.forget_all();
+            }
+        }
+    }
+
+    /// Drops what `inval` names from the L1 at the write's acknowledgement;
+    /// tracking clients are told (BCAST ones when the batch ends).
     pub(super) fn apply(&self, inval: &Inval) {
         match inval {
             Inval::Keys(keys) => {

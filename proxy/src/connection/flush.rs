@@ -23,8 +23,14 @@ use crate::connection::flight::{self, Fetched};
 
 impl Client {
     /// Sends the batch's upstream work, waits for it, and writes every
-    /// pending reply to `wbuf` in request order.
+    /// pending reply to `wbuf` in request order. Then BCAST tracking
+    /// clients get the keys the batch changed (`Tracked::release`).
     pub(super) async fn flush(&mut self) {
+        self.flush_batch().await;
+        self.shared.tracked.release(self.st.id);
+    }
+
+    async fn flush_batch(&mut self) {
         if self.pending.is_empty() {
             if self.tx.is_some() {
                 self.flush_open_tx().await;
@@ -53,7 +59,7 @@ impl Client {
             self.flush_open_tx().await;
         }
         self.end_batch(largest, errors);
-        if !self.tracked_reads.is_empty() {
+        if !self.tracked_reads.is_empty() || !self.fill_reads.is_empty() {
             self.end_tracked_reads();
         }
     }

@@ -415,7 +415,7 @@ impl Client {
                     encode::put_bulk(out, &m.channel);
                     encode::put_bulk(out, &m.payload);
                 }
-                Delivery::Invalidate(key) => self.put_invalidation(key.as_ref()),
+                Delivery::Invalidate(keys) => self.put_invalidation(keys.as_deref()),
                 Delivery::RedirectBroken(id) => {
                     // RESP3 only: RESP2 has no push outside pub/sub.
                     if self.st.proto == Proto::Resp3 {
@@ -453,12 +453,14 @@ impl Client {
     /// a push in RESP3; in RESP2 a message on `__redis__:invalidate` if
     /// the client is subscribed to anything (a REDIRECT target), else
     /// nothing (RESP2 has no push outside pub/sub).
-    fn put_invalidation(&mut self, key: Option<&Bytes>) {
+    fn put_invalidation(&mut self, keys: Option<&[Bytes]>) {
         let out = &mut self.wbuf;
-        let body = |out: &mut BytesMut, nil: &[u8]| match key {
-            Some(k) => {
-                put_header(out, b'*', 1);
-                encode::put_bulk(out, k);
+        let body = |out: &mut BytesMut, nil: &[u8]| match keys {
+            Some(keys) => {
+                put_header(out, b'*', keys.len() as i64);
+                for k in keys {
+                    encode::put_bulk(out, k);
+                }
             }
             None => out.extend_from_slice(nil),
         };

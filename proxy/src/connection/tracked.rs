@@ -29,6 +29,7 @@ impl Client {
         } else {
             self.shared.tracked.disable(self.st.id);
             self.tracked_reads.clear();
+            self.fill_reads.clear();
             if self.st.proto == Proto::Resp3 {
                 self.subs_mut();
             }
@@ -80,11 +81,18 @@ impl Client {
 
     /// After a batch's replies: the tracked reads of keys sidecache does
     /// not follow upstream get their invalidation now, behind the replies.
+    /// A key read on a fill lane in this batch is followed, value or not:
+    /// Redis tracks what that connection read with `CLIENT CACHING YES`
+    /// until its next change (or until the lane's channel is lost, which
+    /// tells every tracking client to drop everything).
     pub(super) fn end_tracked_reads(&mut self) {
         let mut reads = std::mem::take(&mut self.tracked_reads);
+        let fill_reads = std::mem::take(&mut self.fill_reads);
         let lost: Vec<Bytes> = reads
             .drain(..)
-            .filter(|(db, key)| !self.follows(*db, key))
+            .filter(|(db, key)| {
+                !fill_reads.iter().any(|(d, k)| d == db && k == key) && !self.follows(*db, key)
+            })
             .map(|(_, key)| key)
             .collect();
         if !lost.is_empty() {

@@ -98,7 +98,7 @@ impl Client {
         let now = self.cache_written(&plan, args, now_ms);
         if !groups.iter().all(|g| self.coherent(g.0)) {
             for &(k, _) in &plan.pairs {
-                self.shared.invalidate(self.st.db, &args[k]);
+                self.shared.drop_cached(self.st.db, &args[k]);
             }
         }
         let mut journalled = 0;
@@ -181,7 +181,7 @@ impl Client {
         };
         let now = self.cache_written(plan, args, now_ms);
         if !self.coherent(node) {
-            self.shared.invalidate(self.st.db, &args[pair.0]);
+            self.shared.drop_cached(self.st.db, &args[pair.0]);
         }
         let group = Queue {
             node,

@@ -22,15 +22,27 @@
 //! up. For a read of a key that is not, the client gets an invalidation of
 //! it right after the reply (`Client::end_tracked_reads`): it may use the
 //! value once, never cache it past a change.
+//!
+//! # Message shapes, as Redis's
+//! A default-mode client gets one message per key, at once. A BCAST
+//! client's keys are held and sent by [`Tracked::release`] as one message
+//! per prefix, as Redis sends what changed in one event-loop turn: the keys
+//! of an MSET or of one EXEC come together. Held keys are released at the
+//! end of each client batch (`Client::flush`) and after each change learned
+//! from upstream, before any reply that follows them is written, and a
+//! "flush everything" message is sent after the keys held before it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::{Delivery, Outbox};
+
+/// The keys of one invalidation message.
+pub type Keys = SmallVec<[Bytes; 1]>;
 
 /// Default bound of the tracking table (keys followed for default-mode
 /// clients), as Redis's `tracking-table-max-keys`.
@@ -54,8 +66,13 @@ pub struct Sink {
 }
 
 impl Sink {
-    fn wants(&self, key: &[u8]) -> bool {
-        self.prefixes.is_empty() || self.prefixes.iter().any(|p| key.starts_with(p))
+    /// Which of its prefixes `key` falls under (0 with no prefixes), if
+    /// any: Redis sends a BCAST client one message per prefix.
+    fn prefix_of(&self, key: &[u8]) -> Option<usize> {
+        if self.prefixes.is_empty() {
+            return Some(0);
+        }
+        self.prefixes.iter().position(|p| key.starts_with(p))
     }
 }
 
@@ -68,6 +85,9 @@ struct Inner {
     /// Every client with an outbox (tracking clients and subscribers: the
     /// possible REDIRECT targets).
     outboxes: HashMap<u64, Arc<Outbox>>,
+    /// BCAST clients' changed keys not sent yet: (the writing client or
+    /// 0, client, prefix, key).
+    held: Vec<(u64, u64, usize, Bytes)>,
 }
 
 /// The tracking table.
@@ -79,6 +99,8 @@ pub struct Tracked {
     max_keys: usize,
     /// Invalidation messages queued for clients.
     messages: AtomicU64,
+    /// `Inner::held` is not empty.
+    holding: AtomicBool,
 }
 
 impl Default for Tracked {
@@ -95,6 +117,7 @@ impl Tracked {
             inner: Mutex::default(),
             max_keys: max_keys.max(1),
             messages: AtomicU64::new(0),
+            holding: AtomicBool::new(false),
         }
     }
 
@@ -181,28 +204,78 @@ impl Tracked {
         }
     }
 
-    /// `keys` changed (`origin`: the client whose write it was).
+    /// `keys` changed (`origin`: the client whose write it was). Their
+    /// default-mode readers are told now; BCAST clients when
+    /// [`Tracked::release`] runs.
     pub fn invalidate(&self, keys: &[Bytes], origin: Option<u64>) {
         if !self.active() {
             return;
         }
         let mut g = self.lock();
+        let g = &mut *g;
+        let wanted = |id: u64, clients: &HashMap<u64, Sink>| {
+            clients
+                .get(&id)
+                .is_some_and(|s| !(s.noloop && origin == Some(id)))
+        };
         for key in keys {
-            let mut to: SmallVec<[u64; 4]> =
-                g.keys.remove(key).unwrap_or_default().into_iter().collect();
-            to.extend(
-                g.clients
-                    .iter()
-                    .filter(|(_, s)| s.bcast && s.wants(key))
-                    .map(|(id, _)| *id),
-            );
-            to.retain(|id| {
-                g.clients
-                    .get(id)
-                    .is_some_and(|s| !(s.noloop && origin == Some(*id)))
-            });
-            let n = send(&g, to.into_iter(), key);
-            self.messages.fetch_add(n, Ordering::Relaxed);
+            if let Some(ids) = g.keys.remove(key) {
+                // A client that read the key and then switched to BCAST
+                // hears of it only as BCAST (as Redis skips it).
+                let to = ids.into_iter().filter(|id| {
+                    wanted(*id, &g.clients) && g.clients.get(id).is_some_and(|s| !s.bcast)
+                });
+                let n = send(g, to, key);
+                self.messages.fetch_add(n, Ordering::Relaxed);
+            }
+            for (id, s) in &g.clients {
+                if !s.bcast || !wanted(*id, &g.clients) {
+                    continue;
+                }
+                if let Some(p) = s.prefix_of(key) {
+                    g.held.push((origin.unwrap_or(0), *id, p, key.clone()));
+                }
+            }
+        }
+        if !g.held.is_empty() {
+            self.holding.store(true, Ordering::Release);
+        }
+    }
+
+    /// Sends the BCAST clients' keys held for writes of client `origin`
+    /// (its batch ended; 0: changes learned from upstream) and for writes
+    /// of no client: one message per client and prefix, keys in the order
+    /// they changed. A batch's keys are held under its client's id, so a
+    /// release from elsewhere never splits them.
+    #[inline]
+    pub fn release(&self, origin: u64) {
+        if self.holding.load(Ordering::Acquire) {
+            let mut g = self.lock();
+            let (now, later) = std::mem::take(&mut g.held)
+                .into_iter()
+                .partition(|h| h.0 == origin || h.0 == 0);
+            g.held = later;
+            self.send_held(&mut g, now);
+        }
+    }
+
+    fn send_held(&self, g: &mut Inner, held: Vec<(u64, u64, usize, Bytes)>) {
+        self.holding.store(!g.held.is_empty(), Ordering::Release);
+        let mut groups: SmallVec<[((u64, usize), Keys); 4]> = SmallVec::new();
+        for (_, id, p, key) in held {
+            match groups.iter_mut().find(|(to, _)| *to == (id, p)) {
+                Some((_, keys)) => {
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
+                }
+                None => groups.push(((id, p), smallvec::smallvec![key])),
+            }
+        }
+        self.messages
+            .fetch_add(groups.len() as u64, Ordering::Relaxed);
+        for ((id, _), keys) in groups {
+            deliver(g, id, Delivery::Invalidate(Some(keys)));
         }
     }
 
@@ -229,6 +302,10 @@ impl Tracked {
             return;
         }
         let mut g = self.lock();
+        if !g.held.is_empty() {
+            let held = std::mem::take(&mut g.held);
+            self.send_held(&mut g, held);
+        }
         g.keys.clear();
         let mut ids = Vec::new();
         for (id, s) in g.clients.iter_mut() {
@@ -247,7 +324,11 @@ impl Tracked {
 fn send(g: &Inner, ids: impl Iterator<Item = u64>, key: &Bytes) -> u64 {
     let mut n = 0;
     for id in ids {
-        deliver(g, id, Delivery::Invalidate(Some(key.clone())));
+        deliver(
+            g,
+            id,
+            Delivery::Invalidate(Some(smallvec::smallvec![key.clone()])),
+        );
         n += 1;
     }
     n
@@ -295,7 +376,11 @@ mod tests {
         let mut out = Vec::new();
         while let Ok(d) = rx.try_recv() {
             out.push(match d {
-                Delivery::Invalidate(Some(k)) => String::from_utf8_lossy(&k).into_owned(),
+                Delivery::Invalidate(Some(k)) => k
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 Delivery::Invalidate(None) => "*".to_owned(),
                 Delivery::RedirectBroken(id) => format!("broken {id}"),
                 other => format!("{other:?}"),
@@ -330,6 +415,9 @@ mod tests {
         t.register(1, &b("u:1"));
         t.invalidate(&[b("k"), b("u:1"), b("other")], None);
         assert_eq!(drain(&mut r1), ["k", "u:1"]);
+        // BCAST: held until released.
+        assert!(drain(&mut r2).is_empty());
+        t.release(0);
         assert_eq!(drain(&mut r2), ["u:1"]);
         // One message per read: not again until read again.
         t.invalidate(&[b("k")], None);
@@ -346,6 +434,48 @@ mod tests {
         t.invalidate(&[b("k")], Some(1));
         assert!(drain(&mut r1).is_empty());
         assert_eq!(t.figures(), (2, 0, 3));
+    }
+
+    #[test]
+    fn bcast_keys_go_as_one_message_per_prefix() {
+        let h = hub();
+        let t = Tracked::default();
+        let (o1, mut r1) = Outbox::new(&h);
+        let (o2, mut r2) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.add_outbox(2, &o2);
+        t.enable(
+            1,
+            Sink {
+                bcast: true,
+                ..Sink::default()
+            },
+        );
+        t.enable(
+            2,
+            Sink {
+                bcast: true,
+                noloop: true,
+                prefixes: vec![b("a:"), b("b:")],
+                ..Sink::default()
+            },
+        );
+        // An MSET, then an EXEC of four writes (one key twice), one by
+        // client 2 itself.
+        t.invalidate(&[b("a:1"), b("b:1"), b("c:1")], None);
+        t.invalidate(&[b("a:2")], None);
+        t.invalidate(&[b("a:1")], None);
+        t.invalidate(&[b("b:2")], Some(2));
+        t.release(2);
+        assert_eq!(drain(&mut r1), ["a:1 b:1 c:1 a:2 b:2"]);
+        assert_eq!(drain(&mut r2), ["a:1 a:2", "b:1"]);
+        // Released once; a flush sends held keys before its own message.
+        t.release(0);
+        assert!(drain(&mut r1).is_empty());
+        t.touch(1);
+        t.invalidate(&[b("z")], None);
+        t.flush();
+        assert_eq!(drain(&mut r1), ["z", "*"]);
     }
 
     #[test]

@@ -208,6 +208,13 @@ impl Shared {
         }
     }
 
+    /// Drops a key from the L1 and forgets its flight, telling no tracking
+    /// client: the write is not made yet (its acknowledgement tells them).
+    pub fn drop_cached(&self, db: u16, key: &Bytes) {
+        self.l1.invalidate(db, key);
+        self.flights.forget(db, key);
+    }
+
     /// Drops everything cached (FLUSHALL, keys that cannot be known);
     /// tracking clients are told to drop everything too.
     pub fn invalidate_all(&self) {
@@ -285,6 +292,7 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
             for k in keys {
                 shared.invalidate(db, k);
             }
+            shared.tracked.release(0);
         }
     }
 
@@ -315,6 +323,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             });
         }
         shared.tracked.invalidate(keys, None);
+        shared.tracked.release(0);
     }
 
     fn reset_node(&self, node: &sidecache_pool::NodeAddr) {

@@ -49,7 +49,7 @@ impl Client {
             self.pending.push(Pending::Local(start..self.scratch.len()));
             self.count_tx(end, true, EXECABORT);
             if let Some(inval) = inval {
-                self.apply(&inval);
+                self.apply_l1(&inval);
             }
             return;
         }
@@ -116,7 +116,7 @@ impl Client {
         }
         if end == End::Exec {
             if let Some(inval) = inval {
-                self.apply(&inval);
+                self.apply_l1(&inval);
                 self.pending.push(Pending::Invalidate(inval));
             }
         }
