@@ -12,27 +12,10 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use support::coherence::{
-    cache, channel_ids, info, report, seed_and_cache, time_until, wait_field, with_mode, Direct,
-    BOUND,
+    cache, channel_ids, in_every_mode, info, report, seed_and_cache, time_until, wait_field,
+    with_mode, Direct, BOUND,
 };
 use support::{info_field, Cluster, Proxy, RedisServer};
-
-/// Runs a coherence test once per tracking mode (`optin`, the default, and
-/// `bcast`), each a test of its own: `NAME::optin`, `NAME::bcast`.
-macro_rules! in_every_mode {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn optin() {
-                super::$name("optin").await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn bcast() {
-                super::$name("bcast").await
-            }
-        }
-    };
-}
 
 async fn other_writers_reach_the_l1_standalone(mode: &str) {
     let redis = RedisServer::start(&[]);

@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::coherence::{report, with_mode, Direct, BOUND};
+use support::coherence::{in_every_mode, report, with_mode, Direct, BOUND};
 use support::{enc, raw_on, upstream_calls, Cluster, Proxy, RedisServer};
 use tokio::net::TcpStream;
 
@@ -279,21 +279,6 @@ async fn every_kind_of_write_drops_the_cached_reads(mode: &str) {
     b.stop().await;
 }
 
-/// Runs a test once per tracking mode (`optin`, the default, and `bcast`).
-macro_rules! in_every_mode {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn optin() {
-                super::$name("optin").await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn bcast() {
-                super::$name("bcast").await
-            }
-        }
-    };
-}
 in_every_mode!(every_read_is_redis_reply_and_hits_stay_local);
 in_every_mode!(every_kind_of_write_drops_the_cached_reads);
 

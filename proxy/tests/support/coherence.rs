@@ -221,3 +221,24 @@ impl Direct {
         &mut self.conns[i]
     }
 }
+
+/// Runs a test once per tracking mode (`optin`, the default, and `bcast`),
+/// each a test of its own: `NAME::optin`, `NAME::bcast`. The test is an
+/// `async fn NAME(mode: &str)` beside the call.
+#[allow(unused_macros)]
+macro_rules! in_every_mode {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn optin() {
+                super::$name("optin").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn bcast() {
+                super::$name("bcast").await
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use in_every_mode;
