@@ -117,6 +117,17 @@ pub enum Error {
         /// The configured maximum.
         max: usize,
     },
+    /// Every connection of one ACL user's pool is in use (clients
+    /// authenticated as that user run on connections of their own).
+    #[error(
+        "max number of connections for ACL user '{user}' reached ({max}, --acl-user-connections)"
+    )]
+    UserConnectionsExhausted {
+        /// The user.
+        user: String,
+        /// The configured maximum.
+        max: usize,
+    },
     /// The pool is shutting down.
     #[error("upstream pool is shut down")]
     Closed,

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::auth::Auth;
-use crate::config::{NodeAddr, Proto, Seed, Session, UpstreamConfig};
+use crate::config::{Credentials, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 use crate::error::{Error, Result};
 
 /// Read half of an upstream connection.
@@ -85,6 +85,17 @@ impl Connector {
             connect_timeout: cfg.connect_timeout,
             keepalive: cfg.tcp_keepalive,
         })
+    }
+
+    /// The same connector (TLS, timeouts, keepalive) authenticating as
+    /// `credentials`, fixed: the connections of one client's ACL user.
+    pub fn with_credentials(&self, credentials: Credentials) -> Connector {
+        Connector {
+            tls: self.tls.clone(),
+            auth: Arc::new(Auth::fixed(Some(credentials))),
+            connect_timeout: self.connect_timeout,
+            keepalive: self.keepalive,
+        }
     }
 
     /// What connections authenticate with.

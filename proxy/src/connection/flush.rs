@@ -9,6 +9,7 @@
 //! cluster redirects and merging split commands.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::{Lane, Proto};
@@ -70,6 +71,9 @@ impl Client {
         // connections: each node's fills go as one pipeline too.
         let start = self.shared.upstream.default_db();
         let per_node = self.fill_lanes;
+        // A client of another ACL user: its pipelines go on that user's
+        // connections.
+        let user = self.st.user.as_ref().map(|l| Arc::clone(l.pool()));
         for fill in [false, true] {
             let lanes = if fill {
                 &mut self.fills
@@ -105,11 +109,17 @@ impl Client {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                let sent = self
-                    .shared
-                    .upstream
-                    .submit(node, lane, payload, count, deadline)
-                    .await;
+                let sent = match (&user, lane) {
+                    (Some(pool), Lane::Client { session, .. }) => {
+                        let up = &self.shared.upstream;
+                        up.submit_as(pool, node, session, payload, count, deadline)
+                            .await
+                    }
+                    _ => {
+                        let up = &self.shared.upstream;
+                        up.submit(node, lane, payload, count, deadline).await
+                    }
+                };
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.commands.fetch_add(count as u64, Ordering::Relaxed);
                     if sent.waited {
@@ -120,6 +130,32 @@ impl Client {
                     Ok(rx) => b.rx = Some(rx),
                     Err(e) => b.result = Some(Err(e)),
                 }
+            }
+        }
+    }
+
+    /// One pipeline to `node` on the client's connections (its ACL user's,
+    /// or the shared ones), outside a batch (a transaction re-run after a
+    /// redirect).
+    pub(super) async fn submit_one(
+        &mut self,
+        node: &Arc<sidecache_pool::Node>,
+        payload: Bytes,
+        count: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> sidecache_pool::Submitted {
+        let up = &self.shared.upstream;
+        match &self.st.user {
+            Some(login) => {
+                up.submit_as(login.pool(), node, self.session(), payload, count, deadline)
+                    .await
+            }
+            None => {
+                let lane = Lane::Client {
+                    session: self.session(),
+                    hint: self.hint(),
+                };
+                up.submit(node, lane, payload, count, deadline).await
             }
         }
     }
@@ -509,7 +545,7 @@ impl Client {
                 match self
                     .shared
                     .upstream
-                    .follow(self.session(), self.hint(), f.slot, &cmd.freeze(), frame)
+                    .follow_via(self.via(), self.session(), f.slot, &cmd.freeze(), frame)
                     .await
                 {
                     Ok(frame) => fetched(&frame),
@@ -615,7 +651,7 @@ impl Client {
         self.shared.metrics.note_redirect(&frame);
         self.shared
             .upstream
-            .follow(self.session(), self.hint(), slot, cmd, frame)
+            .follow_via(self.via(), self.session(), slot, cmd, frame)
             .await
     }
 }

@@ -154,8 +154,11 @@ impl Client {
                         &mut self.st,
                         &self.shared,
                         &mut self.scratch,
+                        None,
                     );
                     self.pending.push(Pending::Local(start..self.scratch.len()));
+                    // RESET: back to the default user.
+                    self.user_changed();
                     return Some(match outcome {
                         Outcome::Continue => Flow::Continue,
                         Outcome::Close => Flow::Close,
@@ -308,6 +311,7 @@ impl Client {
             &mut self.st,
             &self.shared,
             &mut self.scratch,
+            None,
         );
         let ok = self.scratch.get(start) == Some(&b'+');
         self.pending.push(Pending::Local(start..self.scratch.len()));
@@ -431,7 +435,7 @@ impl Client {
         self.tx = None;
         if let Some(h) = self.held.take() {
             let clean = clean && !h.watching && !h.session_changed;
-            self.shared.upstream.sessions().release(h.conn, clean);
+            self.sessions().release(h.conn, clean);
         }
     }
 }

@@ -152,6 +152,8 @@ pub struct Shared {
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
     /// CLIENT TRACKING: which client follows which key.
     pub tracked: crate::pubsub::tracking::Tracked,
+    /// The connection pools of ACL users clients authenticated as.
+    pub users: crate::server::users::Users,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -170,6 +172,10 @@ impl Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
             tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
+            users: crate::server::users::Users::new(
+                config.acl_max_users,
+                config.acl_user_connections,
+            ),
             test_panic: std::env::var_os("SIDECACHE_TEST_PANIC").is_some_and(|v| v == "1"),
             pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
                 config.output_limit_pubsub,
