@@ -45,6 +45,10 @@ impl Client {
             self.client_unblock(args).await;
             return Flow::Continue;
         }
+        // SELECT is answered here, but an ACL user may not be allowed it.
+        if cmd == Local::Select && self.st.user.is_some() && self.refused_to_user(args).await {
+            return Flow::Continue;
+        }
         let verified = verify_credentials(&self.shared, cmd, args).await;
         let start = self.scratch.len();
         let outcome = local::run(
