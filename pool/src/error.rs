@@ -148,6 +148,14 @@ impl Error {
         out.put_slice(b"\r\n");
     }
 
+    /// Whether a connection's handshake was refused for its credentials
+    /// (`WRONGPASS`, `NOAUTH`): the user was deleted or disabled, or its
+    /// password removed, since.
+    pub fn refuses_credentials(&self) -> bool {
+        matches!(self, Error::Handshake { reply, .. }
+            if reply.starts_with("WRONGPASS") || reply.starts_with("NOAUTH"))
+    }
+
     /// [`Error::write_reply`] as a frame of its own.
     pub fn reply(&self) -> Bytes {
         let mut out = BytesMut::new();

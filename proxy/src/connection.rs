@@ -289,6 +289,10 @@ pub struct Client {
     /// Whether SETs are written behind: `--write-mode write-behind` and
     /// the client runs as the `--upstream` user.
     behind: bool,
+    /// The client's ACL user no longer authenticates upstream (deleted,
+    /// disabled, password removed): the connection is closed without
+    /// the batch's replies, as Redis closes a deleted user's clients.
+    pub(super) user_gone: bool,
     /// Subscriptions and MONITOR, with their outbox (`None` until the
     /// first SUBSCRIBE or MONITOR).
     subs: Option<Box<subscribed::Subs>>,
@@ -349,6 +353,7 @@ impl Client {
         };
         Client {
             cached: shared.l1.enabled(),
+            user_gone: false,
             behind: shared.config.write_mode == WriteMode::WriteBehind,
             metrics,
             hot,

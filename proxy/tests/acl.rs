@@ -402,3 +402,56 @@ async fn cluster_users_see_only_their_keys() {
     );
     assert_eq!(alice.call("ACL WHOAMI").await, bulk("alice"));
 }
+
+#[tokio::test]
+async fn what_sidecache_answers_itself_is_checked_for_the_user() {
+    let redis = RedisServer::start(&[]);
+    let setuser = |args: &[&str]| {
+        let mut all = vec!["ACL", "SETUSER"];
+        all.extend(args);
+        assert_eq!(support::cli(redis.port, &all).trim(), "OK");
+    };
+    // dave may not PING, SELECT, nor CLIENT KILL.
+    setuser(&[
+        "dave",
+        "on",
+        ">pd",
+        "~d:*",
+        "+@all",
+        "-ping",
+        "-select",
+        "-client|kill",
+    ]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut c = Conn::open(&proxy).await;
+    // In database 3 before AUTH (as Redis lets a client be): dave's
+    // connections are in database 3 without dave's SELECT.
+    assert_eq!(c.call("SELECT 3").await, "+OK\r\n");
+    assert_eq!(c.call("AUTH dave pd").await, "+OK\r\n");
+    assert_eq!(c.call("SET d:k in3").await, "+OK\r\n");
+    let mut direct = Conn(TcpStream::connect(redis.addr()).await.unwrap());
+    assert_eq!(
+        direct.calls("SELECT 3|GET d:k", 2).await,
+        format!("+OK\r\n{}", bulk("in3"))
+    );
+    assert_eq!(
+        c.call("PING").await,
+        "-NOPERM this user has no permissions to run the 'ping' command\r\n"
+    );
+    assert_eq!(
+        c.call("SELECT 0").await,
+        "-NOPERM this user has no permissions to run the 'select' command\r\n"
+    );
+    assert_eq!(
+        c.call("CLIENT KILL ID 12345").await,
+        "-NOPERM this user has no permissions to run the 'client|kill' command\r\n"
+    );
+    assert_eq!(c.call("CLIENT ID").await.chars().next(), Some(':'));
+    assert_eq!(c.call("ECHO hi").await, bulk("hi"));
+    // Deleted: its client is disconnected at its next command, as Redis
+    // disconnects a deleted user's clients.
+    assert_eq!(direct.call("ACL DELUSER dave").await, ":1\r\n");
+    c.0.try_write(enc("GET d:k").as_bytes()).unwrap();
+    let closed = support::read_to_close(&mut c.0).await;
+    assert!(closed.is_empty(), "{}", String::from_utf8_lossy(&closed));
+}

@@ -21,6 +21,20 @@ impl Client {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;
         }
+        if self.st.user.is_some() {
+            match cmd {
+                // An ACL user's PING and ECHO are Redis's (it may lack them).
+                Local::Ping | Local::Echo => {
+                    self.forward(0, None, &encoded(args));
+                    return Flow::Continue;
+                }
+                // Answered here, once Redis said the user may run them.
+                Local::Select | Local::Client if self.refused_to_user(args).await => {
+                    return Flow::Continue;
+                }
+                _ => {}
+            }
+        }
         // PING is answered here only while every node is known
         // healthy (one atomic load); otherwise Redis's answer (BUSY,
         // LOADING, …) is the client's. See pool's `conn/health.rs`.
@@ -43,10 +57,6 @@ impl Client {
                 .is_some_and(|a| a.eq_ignore_ascii_case(b"unblock"))
         {
             self.client_unblock(args).await;
-            return Flow::Continue;
-        }
-        // SELECT is answered here, but an ACL user may not be allowed it.
-        if cmd == Local::Select && self.st.user.is_some() && self.refused_to_user(args).await {
             return Flow::Continue;
         }
         let verified = verify_credentials(&self.shared, cmd, args).await;
@@ -157,25 +167,29 @@ impl Client {
         Flow::Continue
     }
 
-    /// Whether Redis refuses this command to the client's ACL user: it is
-    /// queued between `MULTI` and `DISCARD` on one of the user's
-    /// connections, where Redis checks its ACL (`-NOPERM …`) and runs
-    /// nothing. A refusal (or a failure to ask) is the client's reply.
+    /// Whether Redis refuses this command to the client's ACL user (see
+    /// [`Client::user_refusal`]); the refusal is then the client's reply.
     async fn refused_to_user(&mut self, args: &[Bytes]) -> bool {
-        let Some(pool) = self
-            .st
-            .user
-            .as_ref()
-            .map(|l| std::sync::Arc::clone(l.pool()))
-        else {
-            return false;
-        };
-        if !self.pending.is_empty() {
-            self.flush().await;
+        match self.user_refusal(args).await {
+            Some(frame) => {
+                let start = self.scratch.len();
+                self.scratch.extend_from_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                true
+            }
+            None => false,
         }
-        let Some(node) = self.topo.nodes().first().cloned() else {
-            return false;
-        };
+    }
+
+    /// Redis's refusal of this command to the client's ACL user, if any:
+    /// it is queued between `MULTI` and `DISCARD` on one of the user's
+    /// connections, where Redis checks its ACL (`-NOPERM …`) and runs
+    /// nothing. A failure to ask is a refusal too. `None` for a client of
+    /// the `--upstream` user, and when Redis queued it or refused it for
+    /// another reason than the ACL.
+    pub(super) async fn user_refusal(&mut self, args: &[Bytes]) -> Option<Bytes> {
+        let pool = std::sync::Arc::clone(self.st.user.as_ref()?.pool());
+        let node = self.topo.nodes().first().cloned()?;
         let mut payload = BytesMut::new();
         encode::encode_command(&mut payload, &[b"MULTI".as_slice()]);
         let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
@@ -187,7 +201,7 @@ impl Client {
             db: self.st.db,
             proto: sidecache_pool::Proto::Resp2,
         };
-        let refusal = match pool
+        match pool
             .hold(
                 node.addr(),
                 session,
@@ -200,21 +214,17 @@ impl Client {
         {
             Ok((conn, replies)) => {
                 pool.release(conn, true);
+                // Only an ACL refusal: other queue-time errors (an older
+                // server's unknown CLIENT subcommand) are not the user's.
                 replies
                     .get(1)
-                    .filter(|f| sidecache_resp::frame::error_text(f).is_some())
+                    .filter(|f| {
+                        sidecache_resp::frame::error_text(f)
+                            .is_some_and(|t| t.starts_with(b"NOPERM"))
+                    })
                     .cloned()
             }
             Err(e) => Some(e.reply()),
-        };
-        match refusal {
-            Some(frame) => {
-                let start = self.scratch.len();
-                self.scratch.extend_from_slice(&frame);
-                self.pending.push(Pending::Local(start..self.scratch.len()));
-                true
-            }
-            None => false,
         }
     }
 
@@ -297,4 +307,12 @@ async fn verify_credentials(
         Ok(login) => local::Verified::Accepted(login),
         Err(e) => local::Verified::Refused(e),
     })
+}
+
+/// A command's arguments as RESP.
+fn encoded(args: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::new();
+    let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    encode::encode_command(&mut out, &argv);
+    out.freeze()
 }

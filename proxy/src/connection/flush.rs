@@ -134,32 +134,6 @@ impl Client {
         }
     }
 
-    /// One pipeline to `node` on the client's connections (its ACL user's,
-    /// or the shared ones), outside a batch (a transaction re-run after a
-    /// redirect).
-    pub(super) async fn submit_one(
-        &mut self,
-        node: &Arc<sidecache_pool::Node>,
-        payload: Bytes,
-        count: usize,
-        deadline: Option<tokio::time::Instant>,
-    ) -> sidecache_pool::Submitted {
-        let up = &self.shared.upstream;
-        match &self.st.user {
-            Some(login) => {
-                up.submit_as(login.pool(), node, self.session(), payload, count, deadline)
-                    .await
-            }
-            None => {
-                let lane = Lane::Client {
-                    session: self.session(),
-                    hint: self.hint(),
-                };
-                up.submit(node, lane, payload, count, deadline).await
-            }
-        }
-    }
-
     /// Waits for every submitted pipeline's replies (until the deadline
     /// they were submitted with).
     async fn receive(&mut self) {
@@ -180,6 +154,12 @@ impl Client {
             for (i, b) in lane.iter().enumerate() {
                 if let Some(Err(e)) = &b.result {
                     self.shared.upstream.note_failure(e);
+                    // The client's ACL user no longer authenticates
+                    // (deleted, disabled): it is disconnected, as Redis
+                    // disconnects the clients of a deleted user.
+                    if self.st.user.is_some() && e.refuses_credentials() {
+                        self.user_gone = true;
+                    }
                     let i = if fill { i / self.fill_lanes } else { i };
                     if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                         c.pipeline_failures.fetch_add(1, Ordering::Relaxed);

@@ -234,9 +234,16 @@ impl Client {
                 if let Some(tx) = self.tx.as_mut() {
                     tx.dirty = true;
                 }
-                self.tx_local_error(&format!(
-                    "ERR sidecache: {name} inside MULTI is not supported"
-                ));
+                // An ACL user's refusal comes first, as on Redis (its ACL
+                // is checked before the command is queued).
+                let refusal = self.user_refusal(&req.args).await;
+                let text = refusal
+                    .as_ref()
+                    .and_then(|f| sidecache_resp::frame::error_text(f))
+                    .map(|t| String::from_utf8_lossy(t).into_owned());
+                self.tx_local_error(&text.unwrap_or_else(|| {
+                    format!("ERR sidecache: {name} inside MULTI is not supported")
+                }));
             }
             _ => self.tx_push(lname, req),
         }

@@ -524,3 +524,31 @@ impl Client {
         Ok(r)
     }
 }
+
+impl Client {
+    /// One pipeline to `node` on the client's connections (its ACL user's,
+    /// or the shared ones), outside a batch (a transaction re-run after a
+    /// redirect).
+    pub(super) async fn submit_one(
+        &mut self,
+        node: &std::sync::Arc<sidecache_pool::Node>,
+        payload: Bytes,
+        count: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> sidecache_pool::Submitted {
+        let up = &self.shared.upstream;
+        match &self.st.user {
+            Some(login) => {
+                up.submit_as(login.pool(), node, self.session(), payload, count, deadline)
+                    .await
+            }
+            None => {
+                let lane = sidecache_pool::Lane::Client {
+                    session: self.session(),
+                    hint: self.hint(),
+                };
+                up.submit(node, lane, payload, count, deadline).await
+            }
+        }
+    }
+}
