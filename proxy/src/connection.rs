@@ -324,6 +324,7 @@ impl Client {
             lib_name: String::new(),
             lib_ver: String::new(),
             subs: [0; 3],
+            user: None,
             active: Default::default(),
         };
         let st = ClientState {
@@ -424,6 +425,14 @@ impl Client {
         let own = self.st.user.is_none();
         self.cached = own && self.shared.l1.enabled();
         self.behind = own && self.shared.config.write_mode == WriteMode::WriteBehind;
+        let user = self.st.user.as_ref().map(|l| l.user().to_owned());
+        if self.st.entry.user != user {
+            self.st.entry.user = user;
+            let (id, entry) = (self.st.id, self.st.entry.clone());
+            self.shared.with_clients(|c| {
+                c.insert(id, entry);
+            });
+        }
     }
 
     /// The held connections this client's transactions and blocking

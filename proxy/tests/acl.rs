@@ -115,6 +115,8 @@ async fn own_keys_only(
     let mut c = Conn::open(proxy).await;
     assert_eq!(c.call(&format!("AUTH {user} {pass}")).await, "+OK\r\n");
     assert_eq!(c.call("ACL WHOAMI").await, bulk(user));
+    let info = c.call("CLIENT INFO").await;
+    assert!(info.contains(&format!(" user={user} ")), "{info}");
     // Its own keys: read (cached by the default client first), missed,
     // written (forwarded: the value is upstream when +OK arrives).
     assert_eq!(c.call(&format!("GET {me}:1")).await, bulk(me));
