@@ -9,7 +9,6 @@
 //! cluster redirects and merging split commands.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::{Lane, Proto};
@@ -71,9 +70,6 @@ impl Client {
         // connections: each node's fills go as one pipeline too.
         let start = self.shared.upstream.default_db();
         let per_node = self.fill_lanes;
-        // A client of another ACL user: its pipelines go on that user's
-        // connections.
-        let user = self.st.user.as_ref().map(|l| Arc::clone(l.pool()));
         for fill in [false, true] {
             let lanes = if fill {
                 &mut self.fills
@@ -109,10 +105,12 @@ impl Client {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                let sent = match (&user, lane) {
-                    (Some(pool), Lane::Client { session, .. }) => {
+                // A client of another ACL user: its pipelines go on that
+                // user's connections.
+                let sent = match (&self.st.user, lane) {
+                    (Some(login), Lane::Client { session, .. }) => {
                         let up = &self.shared.upstream;
-                        up.submit_as(pool, node, session, payload, count, deadline)
+                        up.submit_as(login.pool(), node, session, payload, count, deadline)
                             .await
                     }
                     _ => {
