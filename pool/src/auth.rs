@@ -146,6 +146,11 @@ impl Auth {
         }
     }
 
+    /// The ACL user connections authenticate as (`None`: `default`).
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
     /// Whether the secret changes while sidecache runs.
     pub fn is_rotating(&self) -> bool {
         self.rotating.is_some()

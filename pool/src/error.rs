@@ -117,6 +117,17 @@ pub enum Error {
         /// The configured maximum.
         max: usize,
     },
+    /// Every connection of one ACL user's pool is in use (clients
+    /// authenticated as that user run on connections of their own).
+    #[error(
+        "max number of connections for ACL user '{user}' reached ({max}, --acl-user-connections)"
+    )]
+    UserConnectionsExhausted {
+        /// The user.
+        user: String,
+        /// The configured maximum.
+        max: usize,
+    },
     /// The pool is shutting down.
     #[error("upstream pool is shut down")]
     Closed,
@@ -135,6 +146,14 @@ impl Error {
         out.put_slice(b"-ERR ");
         out.put_slice(text.as_bytes());
         out.put_slice(b"\r\n");
+    }
+
+    /// Whether a connection's handshake was refused for its credentials
+    /// (`WRONGPASS`, `NOAUTH`): the user was deleted or disabled, or its
+    /// password removed, since.
+    pub fn refuses_credentials(&self) -> bool {
+        matches!(self, Error::Handshake { reply, .. }
+            if reply.starts_with("WRONGPASS") || reply.starts_with("NOAUTH"))
     }
 
     /// [`Error::write_reply`] as a frame of its own.

@@ -42,7 +42,11 @@
 //!   connection and owns the errors (`submit` part). Its `slotmap` part reads,
 //!   installs and refreshes the cluster's slot map and keeps the masters
 //!   that left it while their queued writes are re-routed (where a failover
-//!   re-routes queued writes).
+//!   re-routes queued writes). Its `user` part serves clients authenticated
+//!   as an ACL user of their own: a bounded [`SessionPool`] per user
+//!   ([`Upstream::user_pool`]), the credential check, and
+//!   [`Upstream::submit_as`], the same waits then one of the user's
+//!   connections.
 //!
 //! Connections are multiplexed rather than checked out of a pool: an
 //! exclusive checkout per command would cap concurrency at the pool size and

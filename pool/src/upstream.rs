@@ -77,9 +77,11 @@ mod replay;
 mod slotmap;
 mod startup;
 mod submit;
+mod user;
 
 pub use replay::ReplayReport;
 pub use submit::{Lane, Pending, Submitted};
+pub use user::Via;
 
 struct Inner {
     cfg: UpstreamConfig,
@@ -500,6 +502,23 @@ impl Upstream {
         hint: usize,
         slot: Option<Slot>,
         cmd: &Bytes,
+        reply: Bytes,
+    ) -> Result<Bytes> {
+        self.follow_via(Via::Shared { hint }, session, slot, cmd, reply)
+            .await
+    }
+
+    /// [`Upstream::follow`] on the connections `via` names (an ACL user's
+    /// own, for its clients).
+    ///
+    /// # Errors
+    /// Connection errors on the redirected node; a full user pool.
+    pub async fn follow_via(
+        &self,
+        via: Via<'_>,
+        session: Session,
+        slot: Option<Slot>,
+        cmd: &Bytes,
         mut reply: Bytes,
     ) -> Result<Bytes> {
         if !self.inner.info.cluster {
@@ -515,14 +534,14 @@ impl Upstream {
                 Action::Moved { slot, addr } => {
                     self.note_moved(slot, &addr);
                     let node = self.node(&addr);
-                    reply = first(self.call(&node, session, hint, cmd.clone(), 1).await?)?;
+                    reply = first(self.call_via(via, &node, session, cmd.clone(), 1).await?)?;
                 }
                 Action::Ask { addr } => {
                     let node = self.node(&addr);
                     let mut p = BytesMut::with_capacity(cmd.len() + 20);
                     encode::encode_command(&mut p, &[b"ASKING"]);
                     p.extend_from_slice(cmd);
-                    let mut r = self.call(&node, session, hint, p.freeze(), 2).await?;
+                    let mut r = self.call_via(via, &node, session, p.freeze(), 2).await?;
                     reply = r
                         .pop()
                         .ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
@@ -535,7 +554,7 @@ impl Upstream {
                         None => 0,
                     };
                     let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
-                    reply = first(self.call(node, session, hint, cmd.clone(), 1).await?)?;
+                    reply = first(self.call_via(via, node, session, cmd.clone(), 1).await?)?;
                 }
             }
             attempt += 1;

@@ -174,6 +174,11 @@ pub struct HotkeysArgs {
 /// Most `--prefix-stats` prefixes.
 pub const MAX_PREFIX_STATS: usize = 64;
 
+/// Default `--acl-max-users`.
+pub const DEFAULT_ACL_MAX_USERS: usize = 16;
+/// Default `--acl-user-connections`.
+pub const DEFAULT_ACL_USER_CONNECTIONS: usize = 8;
+
 /// Default address of the metrics and health endpoint.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9121";
 
@@ -256,6 +261,11 @@ pub struct Config {
     /// `--tracking-table-max-keys`: keys followed for CLIENT TRACKING
     /// clients at most.
     pub tracking_table_max_keys: usize,
+    /// `--acl-max-users`: ACL users with connections of their own at
+    /// once (0: off).
+    pub acl_max_users: usize,
+    /// `--acl-user-connections`: upstream connections per ACL user.
+    pub acl_user_connections: usize,
     /// `--hotkeys-sample`: one event in this many is counted.
     pub hotkeys_sample: u32,
     /// `--prefix-stats`: the key prefixes with L1 figures of their own
@@ -312,7 +322,20 @@ impl Config {
         upstream.tcp_keepalive = tcp_keepalive;
         let (hotkeys_capacity, hotkeys_sample, prefix_stats) = sections::hotkeys(&o)?;
         let prefix_separator = sections::prefix_separator(&o)?;
+        let acl_max_users = match o.acl_max_users.unwrap_or(DEFAULT_ACL_MAX_USERS) {
+            n @ 0..=10_000 => n,
+            _ => return Err(err("--acl-max-users", "must be between 0 and 10000")),
+        };
+        let acl_user_connections = match o
+            .acl_user_connections
+            .unwrap_or(DEFAULT_ACL_USER_CONNECTIONS)
+        {
+            n @ 1..=10_000 => n,
+            _ => return Err(err("--acl-user-connections", "must be between 1 and 10000")),
+        };
         Ok(Config {
+            acl_max_users,
+            acl_user_connections,
             prefix_separator,
             hotkeys_capacity,
             tracking_table_max_keys: match o.tracking_table_max_keys {
@@ -383,7 +406,7 @@ impl fmt::Display for Config {
             .collect();
         write!(
             f,
-            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} upstream_auth={} upstream_reauth_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
+            "listen={} unix_socket={:?} upstream={:?} mode={:?} pool_size={} fill_connections={} max_session_connections={} acl_max_users={} acl_user_connections={} connect_timeout={:?} upstream_timeout={:?} refresh_interval={:?} upstream_auth={} upstream_reauth_interval={:?} tls_ca_file={:?} maxclients={} requirepass={} l1_max_bytes={} l1_max_value_bytes={} l1_ttl_cap={:?} l1_cache_nil={:?} l1_include_prefixes={} l1_exclude_prefixes={} write_mode={:?} write_batch={} write_pipeline={} write_flush_interval={:?} write_queue_max={} write_queue_max_bytes={} write_queue_timeout={:?} write_journal={} coherence={} shutdown_timeout={:?} metrics_listen={} upstream_wait={:?} threads={} log_level={} log_format={:?} hotkeys_capacity={} hotkeys_sample={} prefix_stats={} prefix_stats_separator={:?}",
             self.listen,
             self.unix_socket.as_ref().map(|u| &u.0),
             ups,
@@ -391,6 +414,8 @@ impl fmt::Display for Config {
             self.upstream.pool_size,
             self.upstream.fill_connections,
             self.upstream.max_session_connections,
+            self.acl_max_users,
+            self.acl_user_connections,
             self.upstream.connect_timeout,
             self.upstream.command_timeout,
             self.upstream.refresh_interval,

@@ -284,6 +284,18 @@ pub struct Client {
     /// The command just dispatched answered with pushes (subscription
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence.
     pushed: bool,
+    /// Whether GET and the other cached reads may be answered from the L1:
+    /// it is on and the client runs as the `--upstream` user (a client
+    /// authenticated as another ACL user never is; see
+    /// [`Client::user_changed`]).
+    cached: bool,
+    /// Whether SETs are written behind: `--write-mode write-behind` and
+    /// the client runs as the `--upstream` user.
+    behind: bool,
+    /// The client's ACL user no longer authenticates upstream (deleted,
+    /// disabled, password removed): the connection is closed without
+    /// the batch's replies, as Redis closes a deleted user's clients.
+    pub(super) user_gone: bool,
     /// Subscriptions and MONITOR, with their outbox (`None` until the
     /// first SUBSCRIBE or MONITOR).
     subs: Option<Box<subscribed::Subs>>,
@@ -315,6 +327,7 @@ impl Client {
             lib_name: String::new(),
             lib_ver: String::new(),
             subs: [0; 3],
+            user: None,
             active: Default::default(),
         };
         let st = ClientState {
@@ -325,6 +338,7 @@ impl Client {
             entry,
             reply: local::ReplyMode::On,
             tracking: Default::default(),
+            user: None,
         };
         shared.with_clients(|c| {
             c.insert(id, st.entry.clone());
@@ -342,6 +356,9 @@ impl Client {
             hot
         };
         Client {
+            cached: shared.l1.enabled(),
+            user_gone: false,
+            behind: shared.config.write_mode == WriteMode::WriteBehind,
             metrics,
             hot,
             fills: Vec::new(),
@@ -401,6 +418,41 @@ impl Client {
         Session {
             db: self.st.db,
             proto: self.st.proto,
+        }
+    }
+
+    /// The client's user changed (AUTH, HELLO AUTH, RESET): a client of
+    /// another ACL user than the `--upstream` one is never answered from
+    /// the L1 (its entries were read as the `--upstream` user) and writes
+    /// through (Redis's refusal, `-NOPERM`, is its reply).
+    fn user_changed(&mut self) {
+        let own = self.st.user.is_none();
+        self.cached = own && self.shared.l1.enabled();
+        self.behind = own && self.shared.config.write_mode == WriteMode::WriteBehind;
+        let user = self.st.user.as_ref().map(|l| l.user().to_owned());
+        if self.st.entry.user != user {
+            self.st.entry.user = user;
+            let (id, entry) = (self.st.id, self.st.entry.clone());
+            self.shared.with_clients(|c| {
+                c.insert(id, entry);
+            });
+        }
+    }
+
+    /// The held connections this client's transactions and blocking
+    /// commands take: its ACL user's, or the shared pool's.
+    fn sessions(&self) -> Arc<sidecache_pool::SessionPool> {
+        match &self.st.user {
+            Some(login) => Arc::clone(login.pool()),
+            None => Arc::clone(self.shared.upstream.sessions()),
+        }
+    }
+
+    /// Whose connections a redirect is followed on.
+    fn via(&self) -> sidecache_pool::upstream::Via<'_> {
+        match &self.st.user {
+            Some(login) => sidecache_pool::upstream::Via::User(login.pool()),
+            None => sidecache_pool::upstream::Via::Shared { hint: self.hint() },
         }
     }
 
@@ -505,7 +557,7 @@ impl Client {
         // The hot path: GET served from the L1 without a table lookup.
         if args.len() == 2
             && self.st.authenticated
-            && self.shared.l1.enabled()
+            && self.cached
             && args[0].eq_ignore_ascii_case(b"GET")
         {
             self.metrics.command(self.shared.metrics.get_id());
@@ -547,10 +599,7 @@ impl Client {
             return Flow::Continue;
         };
         let cluster = self.topo.is_cluster();
-        if self.shared.config.write_mode == WriteMode::WriteBehind
-            && info.write_behind
-            && self.write_behind(&info.name, args, &req.raw).await
-        {
+        if self.behind && info.write_behind && self.write_behind(&info.name, args, &req.raw).await {
             return Flow::Continue;
         }
         // Fills travel on another connection than this client's commands:
@@ -564,15 +613,14 @@ impl Client {
         }
         let inval = self.write_invalidation(info, args);
         if let Some(rule) = info.read {
-            if shared.l1.enabled() && info.arity_ok(args.len()) {
+            if self.cached && info.arity_ok(args.len()) {
                 if let Some(shape) = rule.shape(args) {
                     self.read(info.id, shape, req);
                     return Flow::Continue;
                 }
             }
         }
-        if info.handling == Handling::Split(Merge::Values) && shared.l1.enabled() && args.len() >= 2
-        {
+        if info.handling == Handling::Split(Merge::Values) && self.cached && args.len() >= 2 {
             self.mget(req);
             return Flow::Continue;
         }

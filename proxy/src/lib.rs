@@ -6,7 +6,8 @@
 //!   ElastiCache IAM token from the AWS credential chain, or a password file.
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
 //!   [`server::state`] is what all connections share (upstream, table, L1,
-//!   counters, clients).
+//!   counters, clients); [`server::users`], the connection pools of the ACL
+//!   users clients authenticated as.
 //! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
 //!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection),
 //!   and [`connection::flight`] coalesces concurrent L1 misses on one key.

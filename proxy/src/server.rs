@@ -3,6 +3,7 @@
 //! in hand, close the pools, all under `--shutdown-timeout`.
 
 pub mod state;
+pub mod users;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::auth::Auth;
-use crate::config::{NodeAddr, Proto, Seed, Session, UpstreamConfig};
+use crate::config::{Credentials, NodeAddr, Proto, Seed, Session, UpstreamConfig};
 use crate::error::{Error, Result};
 
 /// Read half of an upstream connection.
@@ -23,6 +23,11 @@ pub type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 pub struct Connector {
     tls: Option<tokio_rustls::TlsConnector>,
     auth: Arc<Auth>,
+    /// An ACL user's connector: the upstream's own credentials, which
+    /// select a database other than 0 before `auth` takes over (as a
+    /// client that SELECTed, then AUTHed, is in Redis: the user itself
+    /// may lack `+select`).
+    selector: Option<Arc<Auth>>,
     connect_timeout: Duration,
     keepalive: Option<Duration>,
 }
@@ -81,10 +86,23 @@ impl Connector {
         };
         Ok(Connector {
             tls,
+            selector: None,
             auth: Arc::new(auth),
             connect_timeout: cfg.connect_timeout,
             keepalive: cfg.tcp_keepalive,
         })
+    }
+
+    /// The same connector (TLS, timeouts, keepalive) authenticating as
+    /// `credentials`, fixed: the connections of one client's ACL user.
+    pub fn with_credentials(&self, credentials: Credentials) -> Connector {
+        Connector {
+            tls: self.tls.clone(),
+            selector: Some(Arc::clone(&self.auth)),
+            auth: Arc::new(Auth::fixed(Some(credentials))),
+            connect_timeout: self.connect_timeout,
+            keepalive: self.keepalive,
+        }
     }
 
     /// What connections authenticate with.
@@ -159,8 +177,13 @@ impl Connector {
         };
         let mut out = BytesMut::new();
         let mut n = 0;
-        let creds = self.auth.current();
-        let creds = creds.as_deref();
+        // An ACL user's connection to a database other than 0: the
+        // upstream's own user selects it, then AUTH switches to the user.
+        let (first, then) = match &self.selector {
+            Some(sel) if session.db != 0 => (sel.current(), self.auth.current()),
+            _ => (self.auth.current(), None),
+        };
+        let creds = first.as_deref();
         if session.proto == Proto::Resp3 {
             let mut args: Vec<&[u8]> = vec![b"HELLO", b"3"];
             if let Some(c) = creds {
@@ -186,6 +209,11 @@ impl Connector {
                 &mut out,
                 &[b"SELECT".as_slice(), b.format(session.db).as_bytes()],
             );
+            n += 1;
+        }
+        if let Some(c) = then.as_deref() {
+            let user = c.username.as_deref().unwrap_or("default");
+            encode::encode_command(&mut out, &[b"AUTH", user.as_bytes(), c.password.as_bytes()]);
             n += 1;
         }
         if n > 0 {

@@ -63,6 +63,9 @@ pub struct SessionPool {
     connector: Arc<Connector>,
     permits: Arc<Semaphore>,
     max: usize,
+    /// The ACL user whose pool this is (`None`: the upstream's own user,
+    /// `--max-session-connections`): names the bound in its error.
+    user: Option<String>,
     idle: Mutex<HashMap<(NodeAddr, Session), Vec<Idle>>>,
     /// Counters.
     pub stats: SessionStats,
@@ -124,14 +127,31 @@ impl SessionPool {
             connector,
             permits: Arc::new(Semaphore::new(max.max(1))),
             max: max.max(1),
+            user: None,
             idle: Mutex::new(HashMap::new()),
             stats: SessionStats::default(),
         }
     }
 
-    /// The bound (`--max-session-connections`).
+    /// A pool of at most `max` connections authenticated as the ACL user
+    /// `user` (`connector` authenticates as that user).
+    pub(crate) fn for_user(connector: Arc<Connector>, max: usize, user: String) -> SessionPool {
+        SessionPool {
+            user: Some(user),
+            ..SessionPool::new(connector, max)
+        }
+    }
+
+    /// The bound (`--max-session-connections`, or `--acl-user-connections`
+    /// for an ACL user's pool).
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// The ACL user its connections authenticate as (`None`: the
+    /// upstream's own).
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// Takes a connection to `addr` for `session`, waiting at most `wait`
@@ -204,6 +224,23 @@ impl SessionPool {
         })
     }
 
+    /// Opens a fresh connection to `addr` (its handshake authenticates
+    /// with this pool's credentials, checking them) and keeps it idle for
+    /// the next [`SessionPool::hold`]; it takes no room until held.
+    ///
+    /// # Errors
+    /// [`Error::Handshake`] with the server's refusal; connect errors.
+    pub async fn verify(&self, addr: &NodeAddr) -> Result<()> {
+        let session = Session::default();
+        let inner = self.open(addr, session).await?;
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry((addr.clone(), session)).or_default();
+        if list.len() < IDLE_PER_KEY {
+            list.push((inner, Instant::now()));
+        }
+        Ok(())
+    }
+
     /// Room for one more held connection, waiting at most `wait`.
     async fn permit(self: &Arc<Self>, wait: Duration) -> Result<OwnedSemaphorePermit> {
         if let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
@@ -215,7 +252,13 @@ impl SessionPool {
             Ok(Err(_)) => Err(Error::Closed),
             Err(_) => {
                 self.stats.refusals.fetch_add(1, Ordering::Relaxed);
-                Err(Error::SessionsExhausted { max: self.max })
+                Err(match &self.user {
+                    Some(user) => Error::UserConnectionsExhausted {
+                        user: user.clone(),
+                        max: self.max,
+                    },
+                    None => Error::SessionsExhausted { max: self.max },
+                })
             }
         }
     }
@@ -252,6 +295,10 @@ impl SessionPool {
     /// Gives a connection back. `clean`: its client left no state on it
     /// (no MULTI open, nothing watched); otherwise, or if a reply is
     /// missing, it is closed.
+    ///
+    /// It goes back to the pool it came from, whichever pool this is
+    /// called on: a connection authenticated as one ACL user never joins
+    /// another's idle list.
     pub fn release(&self, mut conn: SessionConn, clean: bool) {
         if !clean || conn.broken {
             return;
@@ -262,8 +309,9 @@ impl SessionPool {
         if !inner.buf.is_empty() {
             return;
         }
+        let pool = Arc::clone(&conn.pool);
         drop(conn);
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         let list = idle.entry((inner.addr.clone(), inner.session)).or_default();
         if list.len() < IDLE_PER_KEY {
             list.push((inner, Instant::now()));

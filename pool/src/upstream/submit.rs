@@ -78,6 +78,15 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Replies to come on `rx`, from `node`, awaited until `deadline`.
+    pub(super) fn new(
+        rx: oneshot::Receiver<Result<Replies>>,
+        node: Arc<Node>,
+        deadline: Option<Instant>,
+    ) -> Pending {
+        Pending { rx, node, deadline }
+    }
+
     /// Waits for the replies, until the deadline `submit` was given.
     ///
     /// # Errors

@@ -9,6 +9,7 @@ use sidecache_resp::encode::Reply;
 use sidecache_resp::int::parse_i64;
 
 use crate::server::state::{ClientEntry, Shared};
+use crate::server::users::{self, Login};
 
 pub mod name;
 mod sidecache;
@@ -33,6 +34,20 @@ pub struct ClientState {
     pub reply: ReplyMode,
     /// CLIENT TRACKING.
     pub tracking: tracking::Tracking,
+    /// The ACL user this client authenticated as, when not the
+    /// `--upstream` one: its commands run on that user's connections
+    /// (`None`: the shared ones, the L1 and write-behind).
+    pub user: Option<Login>,
+}
+
+/// The upstream's verdict on credentials only it can check
+/// ([`users::Check::Upstream`]), taken before the AUTH or HELLO runs.
+#[derive(Debug)]
+pub enum Verified {
+    /// Accepted: the user is the `--upstream` one (`None`) or another.
+    Accepted(Option<Login>),
+    /// Refused: the error reply's text (`WRONGPASS …`).
+    Refused(String),
 }
 
 /// The state CLIENT REPLY sets.
@@ -64,9 +79,6 @@ pub fn arity_error(r: &mut Reply<'_>, name: &str) {
     ));
 }
 
-const NOPASS: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
-const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-
 /// Runs a local command, writing its reply to `out`.
 pub fn run(
     cmd: Local,
@@ -74,6 +86,7 @@ pub fn run(
     st: &mut ClientState,
     shared: &Shared,
     out: &mut BytesMut,
+    verified: Option<Verified>,
 ) -> Outcome {
     let mut r = Reply {
         out,
@@ -94,13 +107,15 @@ pub fn run(
             return Outcome::Close;
         }
         Local::Select => select(args, st, shared, &mut r),
-        Local::Auth => auth(args, st, shared, &mut r),
-        Local::Hello => hello(args, st, shared, out),
+        Local::Auth => auth(args, st, shared, &mut r, verified),
+        Local::Hello => hello(args, st, shared, out, verified),
         Local::Client => client(args, st, shared, &mut r),
         Local::Reset => {
             st.db = 0;
             st.proto = Proto::Resp2;
             st.authenticated = shared.config.requirepass.is_none();
+            // Back to the default user: the shared connections.
+            st.user = None;
             st.entry.name.clear();
             st.entry.db = 0;
             st.entry.resp = 2;
@@ -144,34 +159,79 @@ fn select(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
     r.ok();
 }
 
-/// Checks credentials against `--requirepass`, as Redis's default user.
-fn check_auth(user: Option<&[u8]>, pass: &[u8], shared: &Shared) -> Result<(), &'static str> {
-    match (&shared.config.requirepass, user) {
-        (_, Some(u)) if u != b"default" => Err(WRONGPASS),
-        (None, Some(_)) => Ok(()),
-        (None, None) => Err(NOPASS),
-        (Some(p), _) if p.as_bytes() == pass => Ok(()),
-        (Some(_), _) => Err(WRONGPASS),
+/// Checks credentials: against `--requirepass` as Redis's default user,
+/// or by the upstream's verdict, `verified` (see [`users::check`]). On
+/// success, the user to run as (`None`: the shared connections).
+fn check_auth(
+    user: Option<&[u8]>,
+    pass: &[u8],
+    shared: &Shared,
+    verified: Option<Verified>,
+) -> Result<Option<Login>, String> {
+    let requirepass = shared.config.requirepass.as_deref();
+    match users::check(user, pass, requirepass, shared.users.enabled()) {
+        users::Check::Local(r) => r.map(|()| None).map_err(str::to_owned),
+        users::Check::Upstream => match verified {
+            Some(Verified::Accepted(login)) => Ok(login),
+            Some(Verified::Refused(e)) => Err(e),
+            None => Err("ERR sidecache: credentials were not checked upstream".into()),
+        },
     }
 }
 
-fn auth(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'_>) {
+/// The credentials of an AUTH or HELLO … AUTH, if it has them (for the
+/// upstream check that comes before it runs).
+pub fn credentials(cmd: Local, args: &[Bytes]) -> Option<(&Bytes, &Bytes)> {
+    match cmd {
+        Local::Auth if args.len() == 3 => Some((&args[1], &args[2])),
+        Local::Hello => {
+            // The last AUTH option wins, as in `hello`.
+            let mut found = None;
+            let mut i = 2;
+            while i < args.len() {
+                if args[i].eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
+                    found = Some((&args[i + 1], &args[i + 2]));
+                    i += 3;
+                } else {
+                    i += 2;
+                }
+            }
+            found
+        }
+        _ => None,
+    }
+}
+
+fn auth(
+    args: &[Bytes],
+    st: &mut ClientState,
+    shared: &Shared,
+    r: &mut Reply<'_>,
+    verified: Option<Verified>,
+) {
     let result = match args.len() {
-        2 => check_auth(None, &args[1], shared),
-        3 => check_auth(Some(&args[1]), &args[2], shared),
+        2 => check_auth(None, &args[1], shared, verified),
+        3 => check_auth(Some(&args[1]), &args[2], shared, verified),
         0 | 1 => return arity_error(r, "auth"),
         _ => return r.error("ERR syntax error"),
     };
     match result {
-        Ok(()) => {
+        Ok(login) => {
             st.authenticated = true;
+            st.user = login;
             r.ok();
         }
-        Err(e) => r.error(e),
+        Err(e) => r.error(&e),
     }
 }
 
-fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesMut) {
+fn hello(
+    args: &[Bytes],
+    st: &mut ClientState,
+    shared: &Shared,
+    out: &mut BytesMut,
+    verified: Option<Verified>,
+) {
     let mut r = Reply {
         out,
         proto: st.proto,
@@ -205,10 +265,13 @@ fn hello(args: &[Bytes], st: &mut ClientState, shared: &Shared, out: &mut BytesM
         }
     }
     if let Some((u, p)) = &creds {
-        if let Err(e) = check_auth(Some(u), p, shared) {
-            return r.error(e);
+        match check_auth(Some(u), p, shared, verified) {
+            Ok(login) => {
+                st.authenticated = true;
+                st.user = login;
+            }
+            Err(e) => return r.error(&e),
         }
-        st.authenticated = true;
     }
     if !st.authenticated {
         return r.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");

@@ -106,6 +106,18 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_MAX_SESSION_CONNECTIONS", value_name = "N")]
     pub max_session_connections: Option<usize>,
 
+    /// Most ACL users (other than the --upstream one) whose clients are
+    /// authenticated at once; each has its own upstream connections. 0:
+    /// AUTH as another user is refused (-WRONGPASS) [default: 16].
+    #[arg(long, env = "SIDECACHE_ACL_MAX_USERS", value_name = "N")]
+    pub acl_max_users: Option<usize>,
+
+    /// Upstream connections per ACL user, over all masters: each carries
+    /// one of that user's clients' pipelines, transactions or blocking
+    /// commands at a time [default: 8].
+    #[arg(long, env = "SIDECACHE_ACL_USER_CONNECTIONS", value_name = "N")]
+    pub acl_user_connections: Option<usize>,
+
     /// Output limit of a client class, as Redis's `client-output-buffer-limit`:
     /// `pubsub HARD SOFT SECS` disconnects a subscriber or MONITOR client
     /// whose unsent output passes HARD, or SOFT for SECS seconds (0 turns
@@ -400,6 +412,8 @@ impl Options {
             connect_timeout,
             upstream_timeout,
             max_session_connections,
+            acl_max_users,
+            acl_user_connections,
             timeout,
             tcp_keepalive,
             protected_mode,

@@ -118,7 +118,7 @@ impl Client {
                 count += 1;
             }
             payload.extend_from_slice(&b.raw);
-            let (mut conn, ids) = match up
+            let (mut conn, ids) = match self
                 .sessions()
                 .hold(
                     n.addr(),
@@ -203,7 +203,7 @@ impl Client {
                     return Flow::Continue;
                 }
             };
-            up.sessions().release(conn, true);
+            self.sessions().release(conn, true);
             // Cluster: a slot that moved, or a master that became a
             // replica while the command was blocked, is followed.
             if self.topo.is_cluster() && attempt < redirect::MAX_REDIRECTS {

@@ -21,6 +21,20 @@ impl Client {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;
         }
+        if self.st.user.is_some() {
+            match cmd {
+                // An ACL user's PING and ECHO are Redis's (it may lack them).
+                Local::Ping | Local::Echo => {
+                    self.forward(0, None, &encoded(args));
+                    return Flow::Continue;
+                }
+                // Answered here, once Redis said the user may run them.
+                Local::Select | Local::Client if self.refused_to_user(args).await => {
+                    return Flow::Continue;
+                }
+                _ => {}
+            }
+        }
         // PING is answered here only while every node is known
         // healthy (one atomic load); otherwise Redis's answer (BUSY,
         // LOADING, …) is the client's. See pool's `conn/health.rs`.
@@ -45,11 +59,22 @@ impl Client {
             self.client_unblock(args).await;
             return Flow::Continue;
         }
+        let verified = verify_credentials(&self.shared, cmd, args).await;
         let start = self.scratch.len();
-        let outcome = local::run(cmd, args, &mut self.st, &self.shared, &mut self.scratch);
+        let outcome = local::run(
+            cmd,
+            args,
+            &mut self.st,
+            &self.shared,
+            &mut self.scratch,
+            verified,
+        );
         self.pending.push(Pending::Local(start..self.scratch.len()));
         if matches!(cmd, Local::Client | Local::Reset | Local::Hello) {
             self.tracking_changed();
+        }
+        if matches!(cmd, Local::Auth | Local::Reset | Local::Hello) {
+            self.user_changed();
         }
         match outcome {
             Outcome::Continue => Flow::Continue,
@@ -74,6 +99,13 @@ impl Client {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));
             }
             Handling::Blocking => return self.dispatch_blocking(info, lname, req, inval),
+            // An ACL user's subscriptions join the shared ones (made as
+            // the --upstream user) once Redis said that user may make them.
+            Handling::PubSub { sub: true, .. } | Handling::Monitor
+                if self.st.user.is_some() && self.refused_to_user(args).await =>
+            {
+                return Flow::Continue
+            }
             Handling::PubSub { kind, sub } => self.pubsub(kind, sub, lname, args).await,
             Handling::Monitor => self.monitor().await,
             Handling::Publish { shard } if args.len() == 3 => {
@@ -98,8 +130,14 @@ impl Client {
                 return self.dispatch_blocking(info, lname, req, inval);
             }
             Handling::Info => self.info(req),
-            Handling::Kill => self.pending.push(Pending::Kill(req.raw.clone())),
-            Handling::Control => self.pending.push(Pending::Control(req.raw.clone())),
+            // An ACL user's SCRIPT KILL and FUNCTION STATS go on its own
+            // connections (the control ones are the --upstream user).
+            Handling::Kill if self.st.user.is_none() => {
+                self.pending.push(Pending::Kill(req.raw.clone()))
+            }
+            Handling::Control if self.st.user.is_none() => {
+                self.pending.push(Pending::Control(req.raw.clone()))
+            }
             Handling::Transaction => {
                 if !self.start_session(lname, req).await {
                     self.forward(0, None, &req.raw);
@@ -127,6 +165,67 @@ impl Client {
             self.pending.push(Pending::Invalidate(inval));
         }
         Flow::Continue
+    }
+
+    /// Whether Redis refuses this command to the client's ACL user (see
+    /// [`Client::user_refusal`]); the refusal is then the client's reply.
+    async fn refused_to_user(&mut self, args: &[Bytes]) -> bool {
+        match self.user_refusal(args).await {
+            Some(frame) => {
+                let start = self.scratch.len();
+                self.scratch.extend_from_slice(&frame);
+                self.pending.push(Pending::Local(start..self.scratch.len()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Redis's refusal of this command to the client's ACL user, if any:
+    /// it is queued between `MULTI` and `DISCARD` on one of the user's
+    /// connections, where Redis checks its ACL (`-NOPERM …`) and runs
+    /// nothing. A failure to ask is a refusal too. `None` for a client of
+    /// the `--upstream` user, and when Redis queued it or refused it for
+    /// another reason than the ACL.
+    pub(super) async fn user_refusal(&mut self, args: &[Bytes]) -> Option<Bytes> {
+        let pool = std::sync::Arc::clone(self.st.user.as_ref()?.pool());
+        let node = self.topo.nodes().first().cloned()?;
+        let mut payload = BytesMut::new();
+        encode::encode_command(&mut payload, &[b"MULTI".as_slice()]);
+        let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        encode::encode_command(&mut payload, &argv);
+        encode::encode_command(&mut payload, &[b"DISCARD".as_slice()]);
+        let up = &self.shared.upstream;
+        let wait = up.write_behind().config().queue_timeout;
+        let session = sidecache_pool::Session {
+            db: self.st.db,
+            proto: sidecache_pool::Proto::Resp2,
+        };
+        match pool
+            .hold(
+                node.addr(),
+                session,
+                wait,
+                &payload,
+                3,
+                up.command_timeout(),
+            )
+            .await
+        {
+            Ok((conn, replies)) => {
+                pool.release(conn, true);
+                // Only an ACL refusal: other queue-time errors (an older
+                // server's unknown CLIENT subcommand) are not the user's.
+                replies
+                    .get(1)
+                    .filter(|f| {
+                        sidecache_resp::frame::error_text(f)
+                            .is_some_and(|t| t.starts_with(b"NOPERM"))
+                    })
+                    .cloned()
+            }
+            Err(e) => Some(e.reply()),
+        }
     }
 
     /// The node a PUBLISH or PUBSUB NUMSUB goes to: the master of
@@ -186,4 +285,34 @@ impl Client {
             None => self.forward(0, None, &req.raw),
         }
     }
+}
+
+/// AUTH or HELLO … AUTH with credentials only the upstream can check
+/// (an ACL user; see `server/users.rs`): the upstream's verdict, from
+/// a handshake as that user. `None` for anything else.
+async fn verify_credentials(
+    shared: &crate::server::state::Shared,
+    cmd: Local,
+    args: &[Bytes],
+) -> Option<local::Verified> {
+    let (user, pass) = local::credentials(cmd, args)?;
+    let users = &shared.users;
+    let requirepass = shared.config.requirepass.as_deref();
+    if crate::server::users::check(Some(user), pass, requirepass, users.enabled())
+        != crate::server::users::Check::Upstream
+    {
+        return None;
+    }
+    Some(match users.login(&shared.upstream, user, pass).await {
+        Ok(login) => local::Verified::Accepted(login),
+        Err(e) => local::Verified::Refused(e),
+    })
+}
+
+/// A command's arguments as RESP.
+fn encoded(args: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::new();
+    let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    encode::encode_command(&mut out, &argv);
+    out.freeze()
 }

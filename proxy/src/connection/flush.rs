@@ -111,11 +111,19 @@ impl Client {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                let sent = self
-                    .shared
-                    .upstream
-                    .submit(node, lane, payload, count, deadline)
-                    .await;
+                // A client of another ACL user: its pipelines go on that
+                // user's connections.
+                let sent = match (&self.st.user, lane) {
+                    (Some(login), Lane::Client { session, .. }) => {
+                        let up = &self.shared.upstream;
+                        up.submit_as(login.pool(), node, session, payload, count, deadline)
+                            .await
+                    }
+                    _ => {
+                        let up = &self.shared.upstream;
+                        up.submit(node, lane, payload, count, deadline).await
+                    }
+                };
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.commands.fetch_add(count as u64, Ordering::Relaxed);
                     if sent.waited {
@@ -150,6 +158,12 @@ impl Client {
             for (i, b) in lane.iter().enumerate() {
                 if let Some(Err(e)) = &b.result {
                     self.shared.upstream.note_failure(e);
+                    // The client's ACL user no longer authenticates
+                    // (deleted, disabled): it is disconnected, as Redis
+                    // disconnects the clients of a deleted user.
+                    if self.st.user.is_some() && e.refuses_credentials() {
+                        self.user_gone = true;
+                    }
                     let i = if fill { i / self.fill_lanes } else { i };
                     if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                         c.pipeline_failures.fetch_add(1, Ordering::Relaxed);
@@ -515,7 +529,7 @@ impl Client {
                 match self
                     .shared
                     .upstream
-                    .follow(self.session(), self.hint(), f.slot, &cmd.freeze(), frame)
+                    .follow_via(self.via(), self.session(), f.slot, &cmd.freeze(), frame)
                     .await
                 {
                     Ok(frame) => fetched(&frame),
@@ -621,7 +635,7 @@ impl Client {
         self.shared.metrics.note_redirect(&frame);
         self.shared
             .upstream
-            .follow(self.session(), self.hint(), slot, cmd, frame)
+            .follow_via(self.via(), self.session(), slot, cmd, frame)
             .await
     }
 }

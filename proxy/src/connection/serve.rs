@@ -121,6 +121,9 @@ pub async fn serve<S>(
             }
         }
         client.flush().await;
+        if client.user_gone {
+            break;
+        }
         let failed = client.write_watched(&mut stream).await.is_err();
         if !failed {
             client.metrics.written(&shared.metrics);

@@ -154,8 +154,11 @@ impl Client {
                         &mut self.st,
                         &self.shared,
                         &mut self.scratch,
+                        None,
                     );
                     self.pending.push(Pending::Local(start..self.scratch.len()));
+                    // RESET: back to the default user.
+                    self.user_changed();
                     return Some(match outcome {
                         Outcome::Continue => Flow::Continue,
                         Outcome::Close => Flow::Close,
@@ -231,9 +234,16 @@ impl Client {
                 if let Some(tx) = self.tx.as_mut() {
                     tx.dirty = true;
                 }
-                self.tx_local_error(&format!(
-                    "ERR sidecache: {name} inside MULTI is not supported"
-                ));
+                // An ACL user's refusal comes first, as on Redis (its ACL
+                // is checked before the command is queued).
+                let refusal = self.user_refusal(&req.args).await;
+                let text = refusal
+                    .as_ref()
+                    .and_then(|f| sidecache_resp::frame::error_text(f))
+                    .map(|t| String::from_utf8_lossy(t).into_owned());
+                self.tx_local_error(&text.unwrap_or_else(|| {
+                    format!("ERR sidecache: {name} inside MULTI is not supported")
+                }));
             }
             _ => self.tx_push(lname, req),
         }
@@ -308,6 +318,7 @@ impl Client {
             &mut self.st,
             &self.shared,
             &mut self.scratch,
+            None,
         );
         let ok = self.scratch.get(start) == Some(&b'+');
         self.pending.push(Pending::Local(start..self.scratch.len()));
@@ -431,7 +442,7 @@ impl Client {
         self.tx = None;
         if let Some(h) = self.held.take() {
             let clean = clean && !h.watching && !h.session_changed;
-            self.shared.upstream.sessions().release(h.conn, clean);
+            self.sessions().release(h.conn, clean);
         }
     }
 }

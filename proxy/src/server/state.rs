@@ -80,6 +80,9 @@ pub struct ClientEntry {
     pub lib_ver: String,
     /// Channels, patterns and shard channels subscribed to.
     pub subs: [usize; 3],
+    /// The ACL user it authenticated as, when not the `--upstream` one
+    /// (`None`: shown as `default`).
+    pub user: Option<String>,
     /// Seconds from `created` to the client's latest read (CLIENT LIST's
     /// `idle`); shared by the entry's clones, so the registry's copy sees
     /// the connection's updates.
@@ -109,7 +112,7 @@ impl ClientEntry {
     pub fn line(&self, id: u64) -> String {
         let age = self.created.elapsed().as_secs();
         format!(
-            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
             self.addr,
             self.laddr,
             self.name,
@@ -120,6 +123,7 @@ impl ClientEntry {
             self.subs[0],
             self.subs[1],
             self.subs[2],
+            self.user.as_deref().unwrap_or("default"),
             self.resp,
             self.lib_name,
             self.lib_ver
@@ -152,6 +156,8 @@ pub struct Shared {
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
     /// CLIENT TRACKING: which client follows which key.
     pub tracked: crate::pubsub::tracking::Tracked,
+    /// The connection pools of ACL users clients authenticated as.
+    pub users: crate::server::users::Users,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -170,6 +176,10 @@ impl Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
             tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
+            users: crate::server::users::Users::new(
+                config.acl_max_users,
+                config.acl_user_connections,
+            ),
             test_panic: std::env::var_os("SIDECACHE_TEST_PANIC").is_some_and(|v| v == "1"),
             pubsub: std::sync::Arc::new(crate::pubsub::Hub::new(
                 config.output_limit_pubsub,

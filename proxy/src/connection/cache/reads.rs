@@ -153,7 +153,7 @@ impl Client {
                     self.shared.metrics.note_redirect(&frame);
                     self.shared
                         .upstream
-                        .follow(self.session(), self.hint(), f.slot, &f.cmd, frame)
+                        .follow_via(self.via(), self.session(), f.slot, &f.cmd, frame)
                         .await
                 } else {
                     Ok(frame)

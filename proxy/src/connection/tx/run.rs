@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::cluster::redirect::{self, Action};
-use sidecache_pool::{Lane, Slot};
+use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::frame;
 use sidecache_resp::request::Request;
@@ -152,7 +152,7 @@ impl Client {
         }
         let up = &self.shared.upstream;
         let wait = self.shared.upstream.write_behind().config().queue_timeout;
-        match up
+        match self
             .sessions()
             .hold(
                 n.addr(),
@@ -180,7 +180,7 @@ impl Client {
                 if ok {
                     self.held = Some(held);
                 } else {
-                    self.shared.upstream.sessions().release(held.conn, true);
+                    self.sessions().release(held.conn, true);
                 }
             }
             Err(e) => self.tx_upstream_error(&e),
@@ -233,7 +233,7 @@ impl Client {
             };
             self.wait_writes(&nd).await?;
             let wait = up.write_behind().config().queue_timeout;
-            let (conn, replies) = up
+            let (conn, replies) = self
                 .sessions()
                 .hold(nd.addr(), self.session(), wait, &payload, n, timeout)
                 .await?;
@@ -319,7 +319,7 @@ impl Client {
                 tx.buf.clear();
                 tx.count = 0;
                 if let Some(h) = self.held.take() {
-                    self.shared.upstream.sessions().release(h.conn, false);
+                    self.sessions().release(h.conn, false);
                 }
             }
         }
@@ -454,7 +454,7 @@ impl Client {
         };
         for (at, cmd, args) in deferred {
             let mut out = BytesMut::new();
-            local::run(*cmd, args, &mut self.st, &self.shared, &mut out);
+            local::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
             if let Some(item) = items.get_mut(*at) {
                 *item = out.freeze();
             }
@@ -463,7 +463,14 @@ impl Client {
         for (at, args) in selects {
             if items.get(*at).is_some_and(|i| i.first() == Some(&b'+')) {
                 let mut out = BytesMut::new();
-                local::run(Local::Select, args, &mut self.st, &self.shared, &mut out);
+                local::run(
+                    Local::Select,
+                    args,
+                    &mut self.st,
+                    &self.shared,
+                    &mut out,
+                    None,
+                );
             }
         }
         if deferred.is_empty() {
@@ -502,14 +509,10 @@ impl Client {
         }
         payload.extend_from_slice(block);
         let n = count + usize::from(asking);
-        let lane = Lane::Client {
-            session: self.session(),
-            hint: self.hint(),
-        };
         let deadline = up
             .command_timeout()
             .map(|t| tokio::time::Instant::now() + t);
-        let sent = up.submit(&node, lane, payload.freeze(), n, deadline).await;
+        let sent = self.submit_one(&node, payload.freeze(), n, deadline).await;
         let replies = match sent.replies {
             Ok(rx) => rx.replies().await,
             Err(e) => Err(e),
@@ -519,5 +522,33 @@ impl Client {
             r.remove(0);
         }
         Ok(r)
+    }
+}
+
+impl Client {
+    /// One pipeline to `node` on the client's connections (its ACL user's,
+    /// or the shared ones), outside a batch (a transaction re-run after a
+    /// redirect).
+    pub(super) async fn submit_one(
+        &mut self,
+        node: &std::sync::Arc<sidecache_pool::Node>,
+        payload: Bytes,
+        count: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> sidecache_pool::Submitted {
+        let up = &self.shared.upstream;
+        match &self.st.user {
+            Some(login) => {
+                up.submit_as(login.pool(), node, self.session(), payload, count, deadline)
+                    .await
+            }
+            None => {
+                let lane = sidecache_pool::Lane::Client {
+                    session: self.session(),
+                    hint: self.hint(),
+                };
+                up.submit(node, lane, payload, count, deadline).await
+            }
+        }
     }
 }

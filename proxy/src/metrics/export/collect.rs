@@ -16,6 +16,7 @@ pub(super) fn collect_shared(s: &Shared, o: &mut Out) {
     failover_and_transactions(s, o);
     pubsub_and_blocking(s, o);
     sessions(s, o);
+    users(s, o);
     auth(s, o);
     write_flushes(s, o);
     journal(s, o);
@@ -268,6 +269,28 @@ fn sessions(s: &Shared, o: &mut Out) {
         "sidecache_session_connection_refusals_total",
         &[],
         l(&sessions.stats.refusals),
+    );
+}
+
+/// Clients of ACL users other than the `--upstream` one.
+fn users(s: &Shared, o: &mut Out) {
+    let u = &s.users;
+    let (users, held) = u.usage();
+    let (opened, refusals) = u.pool_counts();
+    o.gauge("sidecache_acl_users", &[], users as f64);
+    o.gauge("sidecache_acl_users_max", &[], u.max_users() as f64);
+    o.gauge("sidecache_acl_user_connections", &[], held as f64);
+    o.counter("sidecache_acl_user_connections_opened_total", &[], opened);
+    o.counter(
+        "sidecache_acl_user_connection_refusals_total",
+        &[],
+        refusals,
+    );
+    o.counter("sidecache_acl_logins_total", &[], l(&u.stats.logins));
+    o.counter(
+        "sidecache_acl_auth_failures_total",
+        &[],
+        l(&u.stats.auth_failures),
     );
 }
 
