@@ -209,6 +209,9 @@ struct Builder {
     reads: usize,
     rx: Option<sidecache_pool::Pending>,
     result: Option<Result<Replies, sidecache_pool::Error>>,
+    /// A replica's pipeline as sent (its reads go to the master if the
+    /// replica fails them; see `flush`).
+    sent: Option<(Bytes, usize)>,
 }
 
 /// One client's connection state.
@@ -227,6 +230,9 @@ pub struct Client {
     /// Whether optin tracking is in force: then only the database clients
     /// start in is cached (see `cache`).
     optin: bool,
+    /// Whether reads may go to replicas (`--read-from` other than
+    /// `primary`; see `Client::read_node`).
+    replica_reads: bool,
     /// Whether this batch sent a command that may write on the client's
     /// connections: later fills of its nodes must not overtake it.
     forwarded_write: bool,
@@ -344,6 +350,7 @@ impl Client {
             fills: Vec::new(),
             fill_lanes: shared.upstream.fill_connections(),
             optin,
+            replica_reads: shared.upstream.replica_reads().is_some(),
             forwarded_write: false,
             answered: 0,
             shared,
@@ -402,6 +409,22 @@ impl Client {
 
     fn hint(&self) -> usize {
         self.st.id as usize
+    }
+
+    /// Replica reads: the node (as `Topology::node`) a read of `slot`,
+    /// served by master `node`, goes to: a replica when
+    /// `Upstream::read_target` allows (the rule and its race argument:
+    /// `sidecache_pool::replica`), the master while a command of this
+    /// batch before it may write (its reply is not in yet). With
+    /// `--read-from primary` one branch on a field.
+    #[inline]
+    fn read_node(&self, node: usize, slot: Option<Slot>) -> usize {
+        if !self.replica_reads || self.batch_writes || self.forwarded_write {
+            return node;
+        }
+        self.shared
+            .upstream
+            .read_target(&self.topo, node, slot, self.hint())
     }
 
     fn local_reply(&mut self, f: impl FnOnce(&mut Reply<'_>)) {

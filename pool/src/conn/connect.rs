@@ -25,6 +25,9 @@ pub struct Connector {
     auth: Arc<Auth>,
     connect_timeout: Duration,
     keepalive: Option<Duration>,
+    /// Cluster replica reads: every connection sends `READONLY` (a
+    /// replica then serves reads of its master's slots; a master ignores it).
+    readonly: std::sync::atomic::AtomicBool,
 }
 
 /// Turns on TCP keepalive: probes after `idle` without traffic, then every
@@ -84,7 +87,15 @@ impl Connector {
             auth: Arc::new(auth),
             connect_timeout: cfg.connect_timeout,
             keepalive: cfg.tcp_keepalive,
+            readonly: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// From now on every connection's handshake sends `READONLY` (cluster
+    /// replica reads; set before any node's connection opens).
+    pub(crate) fn set_readonly(&self) {
+        self.readonly
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What connections authenticate with.
@@ -186,6 +197,10 @@ impl Connector {
                 &mut out,
                 &[b"SELECT".as_slice(), b.format(session.db).as_bytes()],
             );
+            n += 1;
+        }
+        if self.readonly.load(std::sync::atomic::Ordering::Relaxed) {
+            encode::encode_command(&mut out, &[b"READONLY".as_slice()]);
             n += 1;
         }
         if n > 0 {

@@ -167,6 +167,7 @@ impl Client {
             Ok(r) => r,
             Err(e) => return self.slot_error(&e),
         };
+        let node = self.read_node(node, slot);
         match lookup {
             Lookup::Hit(_) => {}
             Lookup::Bypass => self.forward(node, slot, &req.raw),
@@ -252,8 +253,7 @@ impl Client {
     fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
         let ticket = self.shared.l1.begin_fill(db, key);
         self.topo
-            .nodes()
-            .get(node)
+            .node(node)
             .is_some_and(|n| n.coherent())
             .then_some(ticket)
     }
@@ -276,6 +276,7 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => return self.slot_error(&e),
             };
+            let node = self.read_node(node, slot);
             let mut ticket = if lookup == Lookup::Miss {
                 self.fill_ticket(node, db, key)
             } else {
@@ -310,7 +311,13 @@ impl Client {
         let written_only = match info.invalidation {
             Invalidation::None => return None,
             // Peers still need to hear of it when this L1 is off.
-            _ if !self.shared.l1.enabled() && self.shared.upstream.peer().is_none() => return None,
+            // Replica reads stamp the written slots (`apply`).
+            _ if !self.shared.l1.enabled()
+                && self.shared.upstream.peer().is_none()
+                && !self.replica_reads =>
+            {
+                return None
+            }
             Invalidation::Keys { written_only } => Some(written_only),
             Invalidation::All => None,
         };
@@ -344,8 +351,13 @@ impl Client {
         Some(inval)
     }
 
-    /// Drops what `inval` names from the L1.
+    /// Drops what `inval` names from the L1 (and, with replica reads,
+    /// stamps its slots: reads of them avoid replicas until they are
+    /// proven to hold the write; see `sidecache_pool::replica`).
     pub(super) fn apply(&self, inval: &Inval) {
+        if self.replica_reads {
+            self.stamp_written(inval);
+        }
         match inval {
             Inval::Keys(keys) => {
                 for k in keys {
@@ -353,6 +365,21 @@ impl Client {
                 }
             }
             Inval::All => self.shared.invalidate_all(),
+        }
+    }
+
+    /// Replica reads: a write of what `inval` names was (or is about to
+    /// be) answered.
+    fn stamp_written(&self, inval: &Inval) {
+        let up = &self.shared.upstream;
+        match inval {
+            Inval::Keys(keys) => {
+                for k in keys {
+                    let slot = self.topo.is_cluster().then(|| Slot::for_key(k));
+                    up.note_written(Some(slot));
+                }
+            }
+            Inval::All => up.note_written(None),
         }
     }
 }
