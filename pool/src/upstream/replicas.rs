@@ -24,6 +24,10 @@ use crate::replica::{self, info as rinfo, Candidate, Choice, ReplicaReads, HISTO
 /// `INFO replication`, encoded.
 const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
 
+/// How often the slot map is re-read while it looks incomplete for
+/// replica reads (see `monitor`).
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
 /// Per master: the (instant, `master_repl_offset`) of its last probes.
 type History = VecDeque<(u64, u64)>;
 
@@ -75,6 +79,7 @@ impl Upstream {
             .get(master)
             .is_some_and(|m| m.replica_state().same_az());
         let choice = replica::choose(rr.cfg.read_from, &cands, fresh, master_same_az, spread);
+        tracing::trace!(?cands, ?fresh, ?choice, now, "read target");
         let same = match choice {
             Choice::Replica(i) => cands[i].same_az,
             _ => false,
@@ -115,6 +120,7 @@ pub(super) async fn monitor(inner: Arc<Inner>, rr: Arc<ReplicaReads>) {
     let every = rr.cfg.check_interval;
     // A probe slower than this marks its node unusable for the round.
     let limit = rr.cfg.max_lag.max(Duration::from_millis(100));
+    let mut last_refresh = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = inner.closed.cancelled() => return,
@@ -124,6 +130,15 @@ pub(super) async fn monitor(inner: Arc<Inner>, rr: Arc<ReplicaReads>) {
             inner: Arc::clone(&inner),
         };
         let topo = up.topology();
+        // A master without replicas in the map, or a replica that does not
+        // answer: the map may be behind (replicas added, failed, or not yet
+        // gossiped to the node asked); re-read it, at most once a second.
+        let incomplete = (0..topo.nodes().len()).any(|i| topo.replicas_of(i).0.is_empty())
+            || topo.replicas().iter().any(|r| !r.replica_state().healthy());
+        if incomplete && last_refresh.elapsed() >= REFRESH_EVERY {
+            last_refresh = tokio::time::Instant::now();
+            up.request_refresh();
+        }
         let mut shards = JoinSet::new();
         for (i, master) in topo.nodes().iter().enumerate() {
             let (replicas, _) = topo.replicas_of(i);
