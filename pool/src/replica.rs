@@ -71,8 +71,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub use crate::config::{ReadConfig, ReadFrom};
 use crate::config::NodeAddr;
+pub use crate::config::{ReadConfig, ReadFrom};
 
 pub mod info;
 pub mod stamps;
@@ -265,7 +265,10 @@ mod tests {
     #[test]
     fn primary_never_reads_replicas() {
         let r = [c(true, true, 100)];
-        assert_eq!(choose(ReadFrom::Primary, &r, Some(1), false, 0), Choice::Primary);
+        assert_eq!(
+            choose(ReadFrom::Primary, &r, Some(1), false, 0),
+            Choice::Primary
+        );
     }
 
     #[test]
@@ -283,7 +286,10 @@ mod tests {
             Choice::Replica(0)
         );
         let r = [c(false, false, 100), c(false, true, 100)];
-        assert_eq!(choose(ReadFrom::AzAffinity, &r, Some(1), false, 3), Choice::Primary);
+        assert_eq!(
+            choose(ReadFrom::AzAffinity, &r, Some(1), false, 3),
+            Choice::Primary
+        );
     }
 
     #[test]

@@ -55,6 +55,7 @@ mod cache;
 mod dispatch;
 pub mod flight;
 mod flush;
+mod replica;
 mod route;
 mod serve;
 mod subscribed;
@@ -409,22 +410,6 @@ impl Client {
 
     fn hint(&self) -> usize {
         self.st.id as usize
-    }
-
-    /// Replica reads: the node (as `Topology::node`) a read of `slot`,
-    /// served by master `node`, goes to: a replica when
-    /// `Upstream::read_target` allows (the rule and its race argument:
-    /// `sidecache_pool::replica`), the master while a command of this
-    /// batch before it may write (its reply is not in yet). With
-    /// `--read-from primary` one branch on a field.
-    #[inline]
-    fn read_node(&self, node: usize, slot: Option<Slot>) -> usize {
-        if !self.replica_reads || self.batch_writes || self.forwarded_write {
-            return node;
-        }
-        self.shared
-            .upstream
-            .read_target(&self.topo, node, slot, self.hint())
     }
 
     fn local_reply(&mut self, f: impl FnOnce(&mut Reply<'_>)) {

@@ -16,36 +16,6 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use support::{cli, command_calls, Cluster, Proxy};
 
-/// Waits until every replica finished its initial sync.
-async fn replicas_synced(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for n in &cluster.nodes {
-        if !cli(n.port, &["role"]).starts_with("slave") {
-            continue;
-        }
-        while !cli(n.port, &["info", "replication"]).contains("master_link_status:up") {
-            assert!(Instant::now() < deadline, "replica never synced");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// Waits until the seed's CLUSTER SLOTS lists every replica (gossip
-/// takes a moment after the replicas synced).
-async fn slots_list_replicas(cluster: &Cluster, replicas: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let slots = cli(cluster.nodes[0].port, &["cluster", "slots"]);
-        // Each node's entry has its address, port and ID: count the IDs.
-        let ids = slots.lines().filter(|l| l.len() == 40).count();
-        if ids >= 3 * (1 + replicas) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "CLUSTER SLOTS never listed the replicas");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Per master (node index): its replicas' node indexes, by port.
 fn shards(cluster: &Cluster) -> HashMap<usize, Vec<usize>> {
     let port_of: HashMap<u16, usize> = cluster
@@ -105,8 +75,7 @@ async fn load(proxy: &Proxy, prefix: &str, n: usize) {
 async fn az_affinity_reads_the_same_zone_then_falls_back() {
     const N: usize = 600;
     let mut cluster = Cluster::start_with_replicas(2);
-    replicas_synced(&cluster).await;
-    slots_list_replicas(&cluster, 2).await;
+    cluster.wait_replicas_listed(2).await;
     let shards = shards(&cluster);
     assert_eq!(shards.len(), 3);
     let masters: Vec<usize> = shards.keys().copied().collect();
@@ -191,8 +160,7 @@ async fn az_affinity_reads_the_same_zone_then_falls_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_writes_are_read_back_while_replicas_lag() {
     let cluster = Cluster::start_with_replicas(1);
-    replicas_synced(&cluster).await;
-    slots_list_replicas(&cluster, 1).await;
+    cluster.wait_replicas_listed(1).await;
     let shards = shards(&cluster);
     let replicas: Vec<usize> = shards.values().flatten().copied().collect();
     let all: Vec<usize> = (0..cluster.nodes.len()).collect();
@@ -297,7 +265,10 @@ async fn own_writes_are_read_back_while_replicas_lag() {
         stale.len()
     );
     assert!(stale.is_empty(), "older values read back: {stale:?}");
-    assert!(lag_seen > 0, "the replicas never lagged: the test proves nothing");
+    assert!(
+        lag_seen > 0,
+        "the replicas never lagged: the test proves nothing"
+    );
     assert!(replica_gets > 0, "no read went to a replica");
     drop(proxy);
 }

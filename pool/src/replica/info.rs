@@ -68,7 +68,9 @@ pub fn hello_az(reply: &Bytes) -> Option<String> {
     let items = Value::decode(reply).ok()?.into_items()?;
     let mut it = items.into_iter();
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        if k.as_bytes().is_some_and(|k| k.as_ref() == b"availability_zone") {
+        if k.as_bytes()
+            .is_some_and(|k| k.as_ref() == b"availability_zone")
+        {
             let az = String::from_utf8_lossy(v.as_bytes()?).into_owned();
             return (!az.is_empty()).then_some(az);
         }

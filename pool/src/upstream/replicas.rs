@@ -226,10 +226,13 @@ async fn probe_replica(node: &Node, rr: &ReplicaReads, hist: &History, limit: Du
 /// A node's `INFO replication` text, or `None` (error, or no answer
 /// within `limit`).
 async fn info_of(node: &Node, limit: Duration) -> Option<Bytes> {
-    let reply = tokio::time::timeout(limit, node.control_call(Bytes::from_static(INFO_REPLICATION)))
-        .await
-        .ok()?
-        .ok()?;
+    let reply = tokio::time::timeout(
+        limit,
+        node.control_call(Bytes::from_static(INFO_REPLICATION)),
+    )
+    .await
+    .ok()?
+    .ok()?;
     Value::decode(&reply).ok()?.as_bytes().cloned()
 }
 

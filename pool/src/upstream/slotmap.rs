@@ -268,8 +268,7 @@ impl Upstream {
             .failover
             .refreshes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut asks: tokio::task::JoinSet<Result<SlotMap>> =
-            tokio::task::JoinSet::new();
+        let mut asks: tokio::task::JoinSet<Result<SlotMap>> = tokio::task::JoinSet::new();
         for addr in candidates {
             let up = self.clone();
             asks.spawn(async move { up.read_slots(&addr).await });

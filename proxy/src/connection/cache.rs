@@ -367,19 +367,4 @@ impl Client {
             Inval::All => self.shared.invalidate_all(),
         }
     }
-
-    /// Replica reads: a write of what `inval` names was (or is about to
-    /// be) answered.
-    fn stamp_written(&self, inval: &Inval) {
-        let up = &self.shared.upstream;
-        match inval {
-            Inval::Keys(keys) => {
-                for k in keys {
-                    let slot = self.topo.is_cluster().then(|| Slot::for_key(k));
-                    up.note_written(Some(slot));
-                }
-            }
-            Inval::All => up.note_written(None),
-        }
-    }
 }

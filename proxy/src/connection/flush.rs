@@ -143,68 +143,6 @@ impl Client {
         }
     }
 
-    /// Replica reads: a replica's pipeline that failed (connection lost
-    /// or refused, no answer in time) is sent again to its master, with
-    /// the same lane (its replies keep their places). It holds reads
-    /// only, so sending it twice changes nothing. A fill lane goes to
-    /// the master's fill lane only while the master's channel is up:
-    /// the fills' tickets were taken before this check (the order the
-    /// race argument of `sidecache_pool::coherence::tracking` needs);
-    /// otherwise its error stands.
-    async fn fall_back(&mut self) {
-        let masters = self.topo.nodes().len();
-        let per_node = self.fill_lanes;
-        let session = self.session();
-        let hint = self.hint();
-        let deadline = self
-            .shared
-            .upstream
-            .command_timeout()
-            .map(|t| tokio::time::Instant::now() + t);
-        for fill in [false, true] {
-            let lanes = if fill {
-                &mut self.fills
-            } else {
-                &mut self.builders
-            };
-            for (i, b) in lanes.iter_mut().enumerate() {
-                let Some((payload, count)) = b.sent.take() else {
-                    continue;
-                };
-                if !matches!(b.result, Some(Err(_))) {
-                    continue;
-                }
-                let node = if fill { i / per_node } else { i };
-                let Some(master) = self.topo.master_of(node).and_then(|m| self.topo.node(m))
-                else {
-                    continue;
-                };
-                debug_assert!(node >= masters);
-                let lane = if fill {
-                    if !master.coherent() {
-                        continue;
-                    }
-                    Lane::Fill {
-                        lane: i % per_node,
-                        reads: 0,
-                    }
-                } else {
-                    Lane::Client { session, hint }
-                };
-                self.shared.upstream.note_read_fallback();
-                let sent = self
-                    .shared
-                    .upstream
-                    .submit(master, lane, payload, count, deadline)
-                    .await;
-                b.result = Some(match sent.replies {
-                    Ok(rx) => rx.replies().await,
-                    Err(e) => Err(e),
-                });
-            }
-        }
-    }
-
     /// Tells the upstream (health, slot-map refresh) and the node's
     /// metrics about every pipeline that failed.
     fn note_failures(&mut self) {

@@ -327,10 +327,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             return;
         }
         // A replica's channel (replica reads) covers its master's slots.
-        let Some(idx) = topo
-            .index_of(node)
-            .or_else(|| topo.master_of_replica(node))
-        else {
+        let Some(idx) = topo.index_of(node).or_else(|| topo.master_of_replica(node)) else {
             // Serves nothing now: what a master served was dropped when
             // the topology changed. A replica that left the map may have
             // filled values that no install dropped: everything goes.
