@@ -542,7 +542,7 @@ impl Client {
             return Flow::Continue;
         }
         let Some(info) = found else {
-            if self.has_fills() {
+            if self.has_fills() || self.has_replica_reads() {
                 self.flush().await;
             }
             self.forwarded_write = true;
@@ -557,11 +557,11 @@ impl Client {
         {
             return Flow::Continue;
         }
-        // Fills travel on another connection than this client's commands:
-        // a command that may write goes only once the fills before it
-        // were answered, so none of them can read what it wrote.
+        // Fills, and reads sent to replicas, travel on other connections
+        // than this client's commands: a command that may write goes only
+        // once they were answered, so none of them can read what it wrote.
         if cache::may_write(info) {
-            if self.has_fills() {
+            if self.has_fills() || self.has_replica_reads() {
                 self.flush().await;
             }
             self.forwarded_write = true;

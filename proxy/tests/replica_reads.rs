@@ -87,10 +87,20 @@ async fn az_affinity_reads_the_same_zone_then_falls_back() {
     let mut flags: Vec<String> = ["--read-from", "az-affinity", "--az", "az-a"]
         .map(String::from)
         .to_vec();
+    // Valkey 8+ says its zone itself (`availability-zone`, in its HELLO
+    // reply); Redis's come from --replica-az.
     for (zone, nodes) in [("az-a", &same), ("az-b", &other), ("az-b", &masters)] {
         for &i in nodes {
-            flags.push("--replica-az".into());
-            flags.push(format!("{}={zone}", cluster.nodes[i].addr()));
+            if support::is_valkey() {
+                let port = cluster.nodes[i].port;
+                assert_eq!(
+                    cli(port, &["config", "set", "availability-zone", zone]),
+                    "OK"
+                );
+            } else {
+                flags.push("--replica-az".into());
+                flags.push(format!("{}={zone}", cluster.nodes[i].addr()));
+            }
         }
     }
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();

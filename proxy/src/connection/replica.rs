@@ -8,6 +8,38 @@ use sidecache_pool::{Lane, Slot};
 use super::{Client, Inval};
 
 impl Client {
+    /// Whether this batch holds reads bound for a replica (on the
+    /// client's lane; fill lanes count in `has_fills`): a command that
+    /// may write is sent only once they were answered, so the replica
+    /// cannot show them what the write changed (the pipeline's order).
+    pub(super) fn has_replica_reads(&self) -> bool {
+        self.replica_reads
+            && self
+                .builders
+                .iter()
+                .skip(self.topo.nodes().len())
+                .any(|b| b.count > 0)
+    }
+
+    /// Whether reads of this batch are bound for a replica of master
+    /// `node` (a write-behind write queued for `node` must not overtake
+    /// them: they are sent first).
+    pub(super) fn replicas_bound(&self, node: usize) -> bool {
+        if !self.replica_reads {
+            return false;
+        }
+        let (replicas, first) = self.topo.replicas_of(node);
+        (first..first + replicas.len()).any(|i| {
+            self.builders.get(i).is_some_and(|b| b.count > 0)
+                || self
+                    .fills
+                    .iter()
+                    .skip(i * self.fill_lanes)
+                    .take(self.fill_lanes)
+                    .any(|b| b.count > 0)
+        })
+    }
+
     /// Replica reads: the node (as `Topology::node`) a read of `slot`,
     /// served by master `node`, goes to: a replica when
     /// `Upstream::read_target` allows (the rule and its race argument:
