@@ -4,8 +4,9 @@
 //! # Layout
 //! - [`stamps`]: per slot, the write-behind writes not yet landed and when
 //!   this sidecache's last write of the slot landed on its master.
-//! - [`state`]: per replica, what the last probes said (healthy, its
-//!   availability zone, up to which instant it holds all its master had).
+//! - [`ReplicaState`] (kept with each node's connections): per replica,
+//!   what the last probes said (healthy, its availability zone, up to
+//!   which instant it holds all its master had).
 //! - [`info`]: parsing `INFO replication` and `HELLO`'s availability zone.
 //! - [`choose`] (below): the pure choice of a read's target.
 //! - The probes themselves run in `upstream/replicas.rs`.
@@ -40,7 +41,7 @@
 //!    landed), the last landing of `s` and the client's last write are
 //!    both *before* `r`'s caught-up instant, and no command of the same
 //!    client batch before it may write. Otherwise it goes to the master,
-//!    which [`crate::Upstream::submit`] holds behind the queued writes
+//!    which `Upstream::submit` holds behind the queued writes
 //!    as today.
 //!
 //! So a write acknowledged to a client is either still queued (the read
@@ -56,7 +57,7 @@
 //! replica's own tracking connection after `CLIENT CACHING YES` (Redis
 //! and Valkey replicas send invalidations for keys the replication
 //! stream changes), with the same epoch guard and the replica's channel
-//! as the gate ([`crate::Node::coherent`]), so no value is kept past a
+//! as the gate (`Node::coherent`), so no value is kept past a
 //! later change the replica applies. The rule above keeps a replica's
 //! older value out of the L1 while this sidecache's own write is not on
 //! it: a fill from `r` that began before a write's landing stamp was
@@ -76,9 +77,8 @@ pub use crate::config::{ReadConfig, ReadFrom};
 
 pub mod info;
 pub mod stamps;
-pub mod state;
 
-pub use state::ReplicaState;
+pub use crate::conn::replica_state::ReplicaState;
 
 /// Probe rounds whose (instant, master offset) are kept per master.
 pub const HISTORY: usize = 32;

@@ -248,7 +248,7 @@ async fn own_writes_are_read_back_while_replicas_lag() {
         let _: Option<String> = c.get(format!("bg:{}", i % 300)).await.unwrap();
         // Whether some replica is behind its master just now (has read
         // replication traffic it has not applied).
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             let lagging = replicas.iter().any(|&r| {
                 let info = cli(cluster.nodes[r].port, &["info", "replication"]);
                 let off = |f: &str| -> u64 {

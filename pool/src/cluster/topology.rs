@@ -57,7 +57,7 @@ impl Topology {
             nodes: vec![node],
             slots: Vec::new(),
             replicas,
-            replica_of: vec![0..n],
+            replica_of: std::iter::once(0..n).collect(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Per slot: which of this sidecache's writes are queued and not landed,
 //! and when its last write of the slot landed on the master (see "Read
-//! your writes" in [`crate::replica`]). Allocated only with replica reads
+//! your writes" in the `replica` module). Allocated only with replica reads
 //! on. A standalone upstream has one slot (index 0).
 //!
 //! Each queued write takes a sequence number; its slot is *clean* once a

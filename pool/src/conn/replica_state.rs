@@ -1,5 +1,5 @@
 //! What the probes last said of one node as a replica (see
-//! [`crate::replica`]): read lock-free by every routed read, written by
+//! the `replica` module): read lock-free by every routed read, written by
 //! the probe task.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
