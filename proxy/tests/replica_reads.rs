@@ -282,3 +282,42 @@ async fn own_writes_are_read_back_while_replicas_lag() {
     assert!(replica_gets > 0, "no read went to a replica");
     drop(proxy);
 }
+
+/// Standalone: the master's replicas are found in its INFO replication;
+/// misses go to them, and a client's own writes are read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_replicas_are_found_and_read() {
+    const N: usize = 300;
+    let master = support::RedisServer::start(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port.to_string();
+    let replica = support::RedisServer::start(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cli(replica.port, &["info", "replication"]).contains("master_link_status:up") {
+        assert!(Instant::now() < deadline, "replica never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let proxy = Proxy::start(&master.url(), &["--read-from", "replica"]).await;
+    load(&proxy, "s:", N).await;
+    for p in [master.port, replica.port] {
+        assert_eq!(cli(p, &["config", "resetstat"]), "OK");
+    }
+    let mut c = proxy.conn().await;
+    for i in 0..N {
+        let v: Option<String> = c.get(format!("s:{i}")).await.unwrap();
+        assert_eq!(v.as_deref(), Some(format!("v{i}").as_str()));
+    }
+    let on = |p: u16| command_calls(&cli(p, &["info", "commandstats"]), "get");
+    let (r, m) = (on(replica.port), on(master.port));
+    eprintln!("standalone misses: replica {r}, master {m} (of {N})");
+    assert!(r as f64 >= 0.95 * N as f64, "the replica served {r} of {N}");
+    // Own writes, with the replica's replication paused.
+    cli(replica.port, &["client", "pause", "1500", "write"]);
+    for i in 0..50 {
+        let key = format!("s:{i}");
+        let () = c.set(&key, format!("w{i}")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let v: Option<String> = c.get(&key).await.unwrap();
+        assert_eq!(v.as_deref(), Some(format!("w{i}").as_str()));
+    }
+    drop(proxy);
+}
