@@ -63,14 +63,14 @@ pub fn standalone_replicas(info: &[u8]) -> Vec<crate::config::NodeAddr> {
 }
 
 /// The `availability_zone` of a `HELLO` reply (a RESP2 array of field,
-/// value pairs, or a RESP3 map), if set and not empty.
+/// value pairs, or a RESP3 map), or the value of a `CONFIG GET
+/// availability-zone` reply, if set and not empty.
 pub fn hello_az(reply: &Bytes) -> Option<String> {
     let items = Value::decode(reply).ok()?.into_items()?;
     let mut it = items.into_iter();
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        if k.as_bytes()
-            .is_some_and(|k| k.as_ref() == b"availability_zone")
-        {
+        let name: &[u8] = k.as_bytes().map_or(&[], |k| k.as_ref());
+        if name == b"availability_zone" || name == b"availability-zone" {
             let az = String::from_utf8_lossy(v.as_bytes()?).into_owned();
             return (!az.is_empty()).then_some(az);
         }
@@ -108,6 +108,8 @@ mod tests {
             b"*6\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$17\r\navailability_zone\r\n$4\r\naz-1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n",
         );
         assert_eq!(hello_az(&r).as_deref(), Some("az-1"));
+        let config = Bytes::from_static(b"*2\r\n$17\r\navailability-zone\r\n$4\r\naz-2\r\n");
+        assert_eq!(hello_az(&config).as_deref(), Some("az-2"));
         let none = Bytes::from_static(b"*2\r\n$6\r\nserver\r\n$5\r\nredis\r\n");
         assert_eq!(hello_az(&none), None);
     }

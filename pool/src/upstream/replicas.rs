@@ -237,7 +237,8 @@ async fn info_of(node: &Node, limit: Duration) -> Option<Bytes> {
 }
 
 /// Learns `node`'s zone once: `--replica-az`, else the node's own
-/// (`HELLO`'s `availability_zone`, Valkey 8 and later).
+/// (`HELLO`'s `availability_zone`, Valkey 8.1 and later; else its
+/// `availability-zone` config, Valkey 8.0).
 async fn zone(up: &Upstream, node: &Node, rr: &ReplicaReads) {
     let st = node.replica_state();
     if st.az_known() {
@@ -250,11 +251,25 @@ async fn zone(up: &Upstream, node: &Node, rr: &ReplicaReads) {
     if st.az_asked.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;
     }
+    // Valkey 8.1+ names it in HELLO; 8.0 has the config only (CONFIG may
+    // be refused, as ElastiCache does: then the zone stays unknown).
     let asked = up
         .connector()
-        .oneshot(node.addr(), Session::default(), &[&[b"HELLO", b"2"]])
+        .oneshot(
+            node.addr(),
+            Session::default(),
+            &[
+                &[b"HELLO", b"2"],
+                &[b"CONFIG", b"GET", b"availability-zone"],
+            ],
+        )
         .await;
-    if let Some(az) = asked.ok().and_then(|r| r.first().and_then(rinfo::hello_az)) {
+    let az = asked.ok().and_then(|r| {
+        r.first()
+            .and_then(rinfo::hello_az)
+            .or_else(|| r.get(1).and_then(rinfo::hello_az))
+    });
+    if let Some(az) = az {
         info!(node = %node.addr(), az, "availability zone from the node");
         st.set_az(&az, rr.same_az(Some(&az)));
     }
