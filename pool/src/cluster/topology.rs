@@ -327,6 +327,20 @@ mod tests {
             host: "seed.example".into(),
             port: 7001,
         };
+        let replicas = parse_cluster_replicas(&v, &asked);
+        assert_eq!(
+            replicas,
+            vec![(
+                NodeAddr {
+                    host: "seed.example".into(),
+                    port: 7001
+                },
+                NodeAddr {
+                    host: "x".into(),
+                    port: 1
+                }
+            )]
+        );
         let r = parse_cluster_slots(v, &asked).expect("valid");
         assert_eq!(r.len(), 2);
         assert_eq!(
