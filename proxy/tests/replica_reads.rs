@@ -298,6 +298,18 @@ async fn standalone_replicas_are_found_and_read() {
     }
     let proxy = Proxy::start(&master.url(), &["--read-from", "replica"]).await;
     load(&proxy, "s:", N).await;
+    // The replica holds the writes (sidecache reads the master until it
+    // proves that; a replica that has not applied them gets no read).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli(replica.port, &["dbsize"]) != N.to_string() {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never applied the writes (Redis replication): {}",
+            cli(replica.port, &["info", "replication"])
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     for p in [master.port, replica.port] {
         assert_eq!(cli(p, &["config", "resetstat"]), "OK");
     }

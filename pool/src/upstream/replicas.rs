@@ -79,7 +79,6 @@ impl Upstream {
             .get(master)
             .is_some_and(|m| m.replica_state().same_az());
         let choice = replica::choose(rr.cfg.read_from, &cands, fresh, master_same_az, spread);
-        tracing::trace!(?cands, ?fresh, ?choice, now, "read target");
         let same = match choice {
             Choice::Replica(i) => cands[i].same_az,
             _ => false,
