@@ -71,6 +71,32 @@ async fn load(proxy: &Proxy, prefix: &str, n: usize) {
     tokio::time::sleep(Duration::from_millis(600)).await;
 }
 
+/// Waits until `replicas` hold `keys` keys in all (Redis replication
+/// applied the loaded writes; sidecache reads the master until a replica
+/// is proven to hold them).
+async fn replicas_hold(cluster: &Cluster, replicas: &[usize], keys: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held: usize = replicas
+            .iter()
+            .map(|&i| {
+                cli(cluster.nodes[i].port, &["dbsize"])
+                    .parse::<usize>()
+                    .unwrap_or(0)
+            })
+            .sum();
+        if held >= keys {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas hold {held} of {keys} keys"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_affinity_reads_the_same_zone_then_falls_back() {
     const N: usize = 600;
@@ -107,6 +133,8 @@ async fn az_affinity_reads_the_same_zone_then_falls_back() {
     let proxy = Proxy::start(&cluster.seed_url(), &flags).await;
     load(&proxy, "az:", N).await;
     load(&proxy, "later:", N).await;
+    let replicas: Vec<usize> = same.iter().chain(&other).copied().collect();
+    replicas_hold(&cluster, &replicas, 2 * 2 * N).await;
 
     // Misses: every key read once, on a fresh connection.
     reset_stats(&cluster, &all);
@@ -182,6 +210,7 @@ async fn own_writes_are_read_back_while_replicas_lag() {
     )
     .await;
     load(&proxy, "bg:", 300).await;
+    replicas_hold(&cluster, &replicas, 300).await;
     reset_stats(&cluster, &all);
 
     let stop = Arc::new(AtomicBool::new(false));
