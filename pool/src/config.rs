@@ -322,6 +322,8 @@ pub struct UpstreamConfig {
     /// With a rotating secret: how often a live connection sends AUTH
     /// again (`None`: never).
     pub reauth_interval: Option<Duration>,
+    /// Reads from replicas (`--read-from` and its companions).
+    pub reads: ReadConfig,
 }
 
 impl Default for UpstreamConfig {
@@ -341,6 +343,86 @@ impl Default for UpstreamConfig {
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
             secret: None,
             reauth_interval: Some(crate::auth::DEFAULT_REAUTH_INTERVAL),
+            reads: ReadConfig::default(),
+        }
+    }
+}
+
+/// The default `--replica-max-lag`.
+pub const DEFAULT_MAX_LAG: Duration = Duration::from_secs(1);
+/// The default `--replica-check-interval`.
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Where reads go (`--read-from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadFrom {
+    /// Every read to the master (the default; no replica is probed).
+    #[default]
+    Primary,
+    /// Any usable replica, else the master.
+    Replica,
+    /// A usable replica in the client's AZ, else any usable replica,
+    /// else the master (GLIDE's `AZAffinity`).
+    AzAffinity,
+    /// A usable replica in the client's AZ, else the master if it is in
+    /// the client's AZ, else any usable replica, else the master (GLIDE's
+    /// `AZAffinityReplicasAndPrimary`).
+    AzAffinityReplicasAndPrimary,
+}
+
+impl std::str::FromStr for ReadFrom {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "primary" => Ok(ReadFrom::Primary),
+            "replica" => Ok(ReadFrom::Replica),
+            "az-affinity" => Ok(ReadFrom::AzAffinity),
+            "az-affinity-replicas-and-primary" => Ok(ReadFrom::AzAffinityReplicasAndPrimary),
+            other => Err(format!(
+                "{other:?}: expected primary, replica, az-affinity or az-affinity-replicas-and-primary"
+            )),
+        }
+    }
+}
+
+impl ReadFrom {
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadFrom::Primary => "primary",
+            ReadFrom::Replica => "replica",
+            ReadFrom::AzAffinity => "az-affinity",
+            ReadFrom::AzAffinityReplicasAndPrimary => "az-affinity-replicas-and-primary",
+        }
+    }
+}
+
+/// Replica reads' settings.
+#[derive(Debug, Clone)]
+pub struct ReadConfig {
+    /// `--read-from`.
+    pub read_from: ReadFrom,
+    /// `--az`: the availability zone sidecache runs in.
+    pub az: Option<String>,
+    /// `--replica-az ADDR=AZ`: nodes' zones, where the node does not say
+    /// (Valkey 8's `availability-zone`, in its `HELLO` reply, wins).
+    pub node_az: Vec<(NodeAddr, String)>,
+    /// `--replica-max-lag`: a replica not proven caught up for this long
+    /// is skipped.
+    pub max_lag: Duration,
+    /// `--replica-check-interval`: how often replicas are probed.
+    pub check_interval: Duration,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig {
+            read_from: ReadFrom::Primary,
+            az: None,
+            node_az: Vec::new(),
+            max_lag: DEFAULT_MAX_LAG,
+            check_interval: DEFAULT_CHECK_INTERVAL,
         }
     }
 }

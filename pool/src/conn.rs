@@ -8,4 +8,5 @@ pub mod control;
 pub mod health;
 pub mod mux;
 pub mod node;
+pub mod replica_state;
 pub mod session;

@@ -35,6 +35,9 @@
 //!   which written values landed), its `keys` part reads a queued
 //!   write's keys back, and [`write_behind::journal`] records each write
 //!   on local disk before it is acknowledged (`--write-journal`).
+//! - [`replica`]: reads from replicas (`--read-from`): the slot stamps,
+//!   each replica's probed state, the pure choice of a read's target, and
+//!   the read-your-writes argument; the probes run in `upstream/replicas.rs`.
 //! - [`upstream`]: the router tying it together (its `replay` part queues
 //!   a previous run's journal again at start). [`Upstream::submit`] is
 //!   the one way to send a client's pipeline to a node: it waits for the
@@ -60,6 +63,7 @@ pub mod config;
 pub(crate) mod conn;
 mod dispatch;
 pub mod error;
+pub mod replica;
 pub mod upstream;
 pub mod write_behind;
 

@@ -74,6 +74,7 @@ pub use crate::dispatch::Target;
 mod dispatch;
 mod health;
 mod replay;
+mod replicas;
 mod slotmap;
 mod startup;
 mod submit;
@@ -119,6 +120,8 @@ struct Inner {
     health: Arc<HealthStats>,
     /// Connections held by one client (WATCH, MULTI across requests).
     sessions: Arc<crate::conn::session::SessionPool>,
+    /// Replica reads (`None` with `--read-from primary`).
+    reads: Option<Arc<crate::replica::ReplicaReads>>,
 }
 
 /// What following the cluster through failovers took.
@@ -162,6 +165,15 @@ impl Upstream {
         let coherence =
             startup::coherence_mode(&cfg, &connector, &seed_addr, tracking_mode).await?;
         let (hub, peer) = startup::channels(&cfg, coherence, tracking_mode, &seed_addr);
+        let reads = crate::replica::ReplicaReads::new(cfg.reads.clone()).map(Arc::new);
+        if reads.is_some() && info.cluster {
+            // Before any node's connection opens.
+            connector.set_readonly();
+        }
+        let wb = WriteBehind::new(cfg.write.clone());
+        if let Some(rr) = &reads {
+            wb.set_stamps(Arc::clone(&rr.stamps));
+        }
         let inner = Arc::new(Inner {
             topo: ArcSwap::from_pointee(Topology::empty()),
             connector: Arc::clone(&connector),
@@ -169,7 +181,8 @@ impl Upstream {
             nodes: Mutex::new(HashMap::new()),
             refresh: Notify::new(),
             closed: CancellationToken::new(),
-            wb: WriteBehind::new(cfg.write.clone()),
+            wb,
+            reads,
             hub,
             peer,
             coherence,

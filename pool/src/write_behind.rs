@@ -164,6 +164,8 @@ pub struct WriteBehind {
     idle: Notify,
     /// `--write-journal`: every queued write is recorded there first.
     journal: OnceLock<Arc<Journal>>,
+    /// Replica reads: the slot stamps ([`crate::replica::stamps`]).
+    stamps: OnceLock<Arc<crate::replica::stamps::Stamps>>,
 }
 
 impl std::fmt::Debug for WriteBehind {
@@ -200,7 +202,19 @@ impl WriteBehind {
             live: AtomicUsize::new(0),
             idle: Notify::new(),
             journal: OnceLock::new(),
+            stamps: OnceLock::new(),
         }
+    }
+
+    /// Replica reads: every queued write is stamped in its slot, and its
+    /// landing too (see [`crate::replica`]). Set once, before any write.
+    pub(crate) fn set_stamps(&self, stamps: Arc<crate::replica::stamps::Stamps>) {
+        let _ = self.stamps.set(stamps);
+    }
+
+    /// The slot stamps, with replica reads on.
+    pub(crate) fn stamps(&self) -> Option<&crate::replica::stamps::Stamps> {
+        self.stamps.get().map(|s| &**s)
     }
 
     /// The configuration.
@@ -334,6 +348,8 @@ struct Queued {
     at: Instant,
     /// Its journal record's sequence number (0: not journalled).
     seq: u64,
+    /// Its slot stamp's sequence number (replica reads; else 0).
+    stamp: u64,
     /// Bytes charged to it (its command and [`QUEUED_OVERHEAD`]).
     charge: u32,
 }
@@ -407,10 +423,13 @@ impl WriteQueue {
             Some(j) => j.append(write.db, &write.cmd)?,
             None => 0,
         };
+        // Before the acknowledgement: a read after it sees the slot dirty.
+        let stamp = wb.stamps().map_or(0, |s| s.queued(write.slot));
         let item = Queued {
             write,
             at,
             seq,
+            stamp,
             charge,
         };
         if tx.try_send(item).is_err() {

@@ -15,6 +15,7 @@ use sidecache_pool::UpstreamConfig;
 
 mod credentials;
 mod options;
+mod replicas;
 mod sections;
 
 pub use credentials::UpstreamAuth;
@@ -298,6 +299,7 @@ impl Config {
     pub fn from_options(o: Options) -> Result<Config, ConfigError> {
         let (listen, unix_socket) = sections::listen(&o)?;
         let mut upstream = sections::upstream(&o)?;
+        upstream.reads = replicas::reads(&o)?;
         let upstream_auth = credentials::credentials(&o, &mut upstream)?;
         let (proto_max_bulk_len, max_multibulk_len) = sections::request_limits(&o)?;
         let (metrics_listen, upstream_wait, threads) = sections::runtime(&o)?;

@@ -55,6 +55,7 @@ mod cache;
 mod dispatch;
 pub mod flight;
 mod flush;
+mod replica;
 mod route;
 mod serve;
 mod subscribed;
@@ -209,6 +210,9 @@ struct Builder {
     reads: usize,
     rx: Option<sidecache_pool::Pending>,
     result: Option<Result<Replies, sidecache_pool::Error>>,
+    /// A replica's pipeline as sent (its reads go to the master if the
+    /// replica fails them; see `flush`).
+    sent: Option<(Bytes, usize)>,
 }
 
 /// One client's connection state.
@@ -227,6 +231,9 @@ pub struct Client {
     /// Whether optin tracking is in force: then only the database clients
     /// start in is cached (see `cache`).
     optin: bool,
+    /// Whether reads may go to replicas (`--read-from` other than
+    /// `primary`; see `Client::read_node`).
+    replica_reads: bool,
     /// Whether this batch sent a command that may write on the client's
     /// connections: later fills of its nodes must not overtake it.
     forwarded_write: bool,
@@ -364,6 +371,7 @@ impl Client {
             fills: Vec::new(),
             fill_lanes: shared.upstream.fill_connections(),
             optin,
+            replica_reads: shared.upstream.replica_reads().is_some(),
             forwarded_write: false,
             answered: 0,
             shared,
@@ -424,10 +432,12 @@ impl Client {
     /// The client's user changed (AUTH, HELLO AUTH, RESET): a client of
     /// another ACL user than the `--upstream` one is never answered from
     /// the L1 (its entries were read as the `--upstream` user) and writes
-    /// through (Redis's refusal, `-NOPERM`, is its reply).
+    /// through (Redis's refusal, `-NOPERM`, is its reply); its reads go to
+    /// masters (its connections send no `READONLY`).
     fn user_changed(&mut self) {
         let own = self.st.user.is_none();
         self.cached = own && self.shared.l1.enabled();
+        self.replica_reads = own && self.shared.upstream.replica_reads().is_some();
         self.behind = own && self.shared.config.write_mode == WriteMode::WriteBehind;
         let user = self.st.user.as_ref().map(|l| l.user().to_owned());
         if self.st.entry.user != user {
@@ -590,7 +600,7 @@ impl Client {
             return Flow::Continue;
         }
         let Some(info) = found else {
-            if self.has_fills() {
+            if self.has_fills() || self.has_replica_reads() {
                 self.flush().await;
             }
             self.forwarded_write = true;
@@ -602,11 +612,11 @@ impl Client {
         if self.behind && info.write_behind && self.write_behind(&info.name, args, &req.raw).await {
             return Flow::Continue;
         }
-        // Fills travel on another connection than this client's commands:
-        // a command that may write goes only once the fills before it
-        // were answered, so none of them can read what it wrote.
+        // Fills, and reads sent to replicas, travel on other connections
+        // than this client's commands: a command that may write goes only
+        // once they were answered, so none of them can read what it wrote.
         if cache::may_write(info) {
-            if self.has_fills() {
+            if self.has_fills() || self.has_replica_reads() {
                 self.flush().await;
             }
             self.forwarded_write = true;

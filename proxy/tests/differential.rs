@@ -2895,14 +2895,34 @@ async fn standalone_random_sequences_resp3() {
 
 #[tokio::test]
 async fn cluster_random_sequences() {
-    let test = "cluster_random_sequences";
+    cluster_sequences("cluster_random_sequences", 0xC1C1_0001, 0, &[]).await;
+}
+
+/// The cluster run with a replica per master and `--read-from replica`:
+/// misses and read-only forwarded commands go to the replicas, and every
+/// reply must still be Redis's (docs/replica-reads.md).
+#[tokio::test]
+async fn cluster_random_sequences_read_from_replica() {
+    cluster_sequences(
+        "cluster_random_sequences_read_from_replica",
+        0xC1C1_0002,
+        1,
+        &["--read-from", "replica"],
+    )
+    .await;
+}
+
+async fn cluster_sequences(test: &str, salt: u64, replicas: usize, flags: &[&str]) {
     let base = base_seed();
-    let seed = derive(base, 0xC1C1_0001);
+    let seed = derive(base, salt);
     eprintln!("{test}: SIDECACHE_DIFF_SEED={base}");
     let started = Instant::now();
     let a = RedisServer::start(&[]);
-    let cluster = Cluster::start();
-    let proxy = start_proxy(&cluster.seed_url(), &[]).await;
+    let cluster = Cluster::start_with_replicas(replicas);
+    if replicas > 0 {
+        cluster.wait_replicas_listed(replicas).await;
+    }
+    let proxy = start_proxy(&cluster.seed_url(), flags).await;
 
     let mut gen = Gen::new(seed, Target::Cluster, "", Vec::new());
     gen.payload = dump_payload(&a.addr()).await;
@@ -2930,7 +2950,8 @@ async fn cluster_random_sequences() {
     // Reported now too: stopping a wedged proxy panics ("shutdown in time").
     report_early(test, base, &problems);
     proxy.stop().await;
-    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr()).collect();
+    // The masters (replicas answer MOVED).
+    let nodes: Vec<String> = cluster.nodes[..3].iter().map(|n| n.addr()).collect();
     let upstream = dataset(&nodes, &keys, &[0]).await;
     problems.extend(compare_datasets(
         &format!("{test} dataset on the cluster after shutdown"),

@@ -1,6 +1,9 @@
 //! The upstream's shape: one node (standalone) or a slot → node map
-//! (cluster), parsed from `CLUSTER SLOTS`. Immutable; replaced whole on
-//! refresh.
+//! (cluster), parsed from `CLUSTER SLOTS`, with each master's replicas
+//! when replica reads are on. Immutable; replaced whole on refresh.
+//!
+//! Nodes are numbered masters first (`0..nodes().len()`, what slots
+//! point at), then replicas: [`Topology::node`] takes either.
 
 use std::sync::Arc;
 
@@ -20,6 +23,10 @@ pub struct Topology {
     nodes: Vec<Arc<Node>>,
     /// Index into `nodes` per slot (cluster); empty for standalone.
     slots: Vec<u16>,
+    /// Replicas of all masters (numbered after the masters).
+    replicas: Vec<Arc<Node>>,
+    /// Per master: its replicas' range in `replicas`.
+    replica_of: Vec<std::ops::Range<usize>>,
 }
 
 impl Topology {
@@ -28,6 +35,8 @@ impl Topology {
         Topology {
             nodes: Vec::new(),
             slots: Vec::new(),
+            replicas: Vec::new(),
+            replica_of: Vec::new(),
         }
     }
 
@@ -36,13 +45,28 @@ impl Topology {
         Topology {
             nodes: vec![node],
             slots: Vec::new(),
+            replicas: Vec::new(),
+            replica_of: Vec::new(),
         }
     }
 
-    /// A cluster map: `ranges` of (first, last, master address); nodes are
-    /// obtained (reused or created) through `node_for`.
+    /// A standalone master with its replicas (replica reads).
+    pub fn standalone_with(node: Arc<Node>, replicas: Vec<Arc<Node>>) -> Topology {
+        let n = replicas.len();
+        Topology {
+            nodes: vec![node],
+            slots: Vec::new(),
+            replicas,
+            replica_of: std::iter::once(0..n).collect(),
+        }
+    }
+
+    /// A cluster map: `ranges` of (first, last, master address), and
+    /// `replicas` as (master, replica) addresses; nodes are obtained
+    /// (reused or created) through `node_for`.
     pub fn cluster(
         ranges: &[(u16, u16, NodeAddr)],
+        replicas: &[(NodeAddr, NodeAddr)],
         mut node_for: impl FnMut(&NodeAddr) -> Arc<Node>,
     ) -> Topology {
         let mut nodes: Vec<Arc<Node>> = Vec::new();
@@ -59,7 +83,26 @@ impl Topology {
                 slots[s as usize] = idx;
             }
         }
-        Topology { nodes, slots }
+        let mut all = Vec::new();
+        let mut replica_of = Vec::with_capacity(sorted.len());
+        for m in &sorted {
+            let start = all.len();
+            let mut of: Vec<&NodeAddr> = replicas
+                .iter()
+                .filter(|(mm, r)| mm == *m && !sorted.contains(&r))
+                .map(|(_, r)| r)
+                .collect();
+            of.sort();
+            of.dedup();
+            all.extend(of.into_iter().map(&mut node_for));
+            replica_of.push(start..all.len());
+        }
+        Topology {
+            nodes,
+            slots,
+            replicas: all,
+            replica_of,
+        }
     }
 
     /// Whether this is a cluster map.
@@ -70,6 +113,45 @@ impl Topology {
     /// Every master, in a stable order (sorted by address).
     pub fn nodes(&self) -> &[Arc<Node>] {
         &self.nodes
+    }
+
+    /// Node `i`: a master below `nodes().len()`, else a replica.
+    #[inline]
+    pub fn node(&self, i: usize) -> Option<&Arc<Node>> {
+        match self.nodes.get(i) {
+            Some(n) => Some(n),
+            None => self.replicas.get(i - self.nodes.len()),
+        }
+    }
+
+    /// Every replica (numbered from `nodes().len()`).
+    pub fn replicas(&self) -> &[Arc<Node>] {
+        &self.replicas
+    }
+
+    /// The replicas of master `i`, and the number of the first.
+    pub fn replicas_of(&self, i: usize) -> (&[Arc<Node>], usize) {
+        match self.replica_of.get(i) {
+            Some(r) => (&self.replicas[r.clone()], self.nodes.len() + r.start),
+            None => (&[], 0),
+        }
+    }
+
+    /// The master (index) of replica number `i` (as [`Topology::node`]).
+    pub fn master_of(&self, i: usize) -> Option<usize> {
+        let j = i.checked_sub(self.nodes.len())?;
+        self.replica_of.iter().position(|r| r.contains(&j))
+    }
+
+    /// The master (index) whose replica `addr` is.
+    pub fn master_of_replica(&self, addr: &NodeAddr) -> Option<usize> {
+        let j = self.replicas.iter().position(|n| n.addr() == addr)?;
+        self.replica_of.iter().position(|r| r.contains(&j))
+    }
+
+    /// Whether `addr` is a master or a replica here.
+    pub fn knows(&self, addr: &NodeAddr) -> bool {
+        self.index_of(addr).is_some() || self.replicas.iter().any(|n| n.addr() == addr)
     }
 
     /// Index (into [`Topology::nodes`]) of the node serving `slot`.
@@ -91,7 +173,8 @@ impl Topology {
         self.nodes.iter().position(|n| n.addr() == addr)
     }
 
-    /// A copy with one slot pointed at another node (after MOVED).
+    /// A copy with one slot pointed at another node (after MOVED). The
+    /// replicas are left out until the next refresh (which a MOVED asks for).
     pub fn with_slot(&self, slot: Slot, node: Arc<Node>) -> Topology {
         let mut nodes = self.nodes.clone();
         let idx = match nodes.iter().position(|n| n.addr() == node.addr()) {
@@ -117,7 +200,12 @@ impl Topology {
             }
         }
         if used.iter().all(|u| *u) {
-            return Topology { nodes, slots };
+            return Topology {
+                nodes,
+                slots,
+                replicas: Vec::new(),
+                replica_of: Vec::new(),
+            };
         }
         let mut remap = vec![UNASSIGNED; nodes.len()];
         let mut kept = Vec::new();
@@ -137,8 +225,44 @@ impl Topology {
                 }
             })
             .collect();
-        Topology { nodes: kept, slots }
+        Topology {
+            nodes: kept,
+            slots,
+            replicas: Vec::new(),
+            replica_of: Vec::new(),
+        }
     }
+}
+
+/// The (master, replica) pairs of a `CLUSTER SLOTS` reply (entries past
+/// the third; Redis leaves failed replicas out). Host rules as in
+/// [`parse_cluster_slots`]; malformed entries are skipped.
+pub fn parse_cluster_replicas(reply: &Value, asked: &NodeAddr) -> Vec<(NodeAddr, NodeAddr)> {
+    let addr = |v: &Value| -> Option<NodeAddr> {
+        let Value::Array(node) = v else { return None };
+        let host = match node.first()?.as_bytes() {
+            Some(h) if !h.is_empty() && h.as_ref() != b"?" => {
+                String::from_utf8_lossy(h).into_owned()
+            }
+            _ => asked.host.clone(),
+        };
+        let port = u16::try_from(node.get(1)?.as_int()?).ok()?;
+        Some(NodeAddr { host, port })
+    };
+    let mut out = Vec::new();
+    let Value::Array(entries) = reply else {
+        return out;
+    };
+    for e in entries {
+        let Value::Array(items) = e else { continue };
+        let Some(master) = items.get(2).and_then(addr) else {
+            continue;
+        };
+        for r in items.iter().skip(3).filter_map(addr) {
+            out.push((master.clone(), r));
+        }
+    }
+    out
 }
 
 /// Parses a `CLUSTER SLOTS` reply into (first, last, master) ranges. An
@@ -203,6 +327,20 @@ mod tests {
             host: "seed.example".into(),
             port: 7001,
         };
+        let replicas = parse_cluster_replicas(&v, &asked);
+        assert_eq!(
+            replicas,
+            vec![(
+                NodeAddr {
+                    host: "seed.example".into(),
+                    port: 7001
+                },
+                NodeAddr {
+                    host: "x".into(),
+                    port: 1
+                }
+            )]
+        );
         let r = parse_cluster_slots(v, &asked).expect("valid");
         assert_eq!(r.len(), 2);
         assert_eq!(

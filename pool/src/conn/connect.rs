@@ -30,6 +30,9 @@ pub struct Connector {
     selector: Option<Arc<Auth>>,
     connect_timeout: Duration,
     keepalive: Option<Duration>,
+    /// Cluster replica reads: every connection sends `READONLY` (a
+    /// replica then serves reads of its master's slots; a master ignores it).
+    readonly: std::sync::atomic::AtomicBool,
 }
 
 /// Turns on TCP keepalive: probes after `idle` without traffic, then every
@@ -90,11 +93,14 @@ impl Connector {
             auth: Arc::new(auth),
             connect_timeout: cfg.connect_timeout,
             keepalive: cfg.tcp_keepalive,
+            readonly: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// The same connector (TLS, timeouts, keepalive) authenticating as
     /// `credentials`, fixed: the connections of one client's ACL user.
+    /// They never send `READONLY` (they carry no replica reads, and the
+    /// user may not be allowed it).
     pub fn with_credentials(&self, credentials: Credentials) -> Connector {
         Connector {
             tls: self.tls.clone(),
@@ -102,7 +108,15 @@ impl Connector {
             auth: Arc::new(Auth::fixed(Some(credentials))),
             connect_timeout: self.connect_timeout,
             keepalive: self.keepalive,
+            readonly: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on every connection's handshake sends `READONLY` (cluster
+    /// replica reads; set before any node's connection opens).
+    pub(crate) fn set_readonly(&self) {
+        self.readonly
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What connections authenticate with.
@@ -209,6 +223,10 @@ impl Connector {
                 &mut out,
                 &[b"SELECT".as_slice(), b.format(session.db).as_bytes()],
             );
+            n += 1;
+        }
+        if self.readonly.load(std::sync::atomic::Ordering::Relaxed) {
+            encode::encode_command(&mut out, &[b"READONLY".as_slice()]);
             n += 1;
         }
         if let Some(c) = then.as_deref() {

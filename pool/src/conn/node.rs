@@ -41,6 +41,8 @@ pub struct Node {
     health: Arc<Health>,
     /// The node's control connection (and its prober).
     control: Arc<Control>,
+    /// What the replica probes last said of it (replica reads).
+    replica: crate::conn::replica_state::ReplicaState,
 }
 
 impl Node {
@@ -100,6 +102,7 @@ impl Node {
             fillers,
             control: Control::new(Arc::clone(&health)),
             health,
+            replica: crate::conn::replica_state::ReplicaState::default(),
         }
     }
 
@@ -162,6 +165,11 @@ impl Node {
             session,
             Arc::clone(&self.health),
         )
+    }
+
+    /// What the replica probes last said of it (replica reads).
+    pub fn replica_state(&self) -> &crate::conn::replica_state::ReplicaState {
+        &self.replica
     }
 
     /// The node's address.

@@ -163,18 +163,24 @@ impl Upstream {
             .rcu(|t| t.with_slot(slot, Arc::clone(&node)));
         self.request_refresh();
     }
-    pub(super) async fn read_slots(&self, addr: &NodeAddr) -> Result<Vec<(u16, u16, NodeAddr)>> {
+    /// The slot map `addr` gives, with the (master, replica) pairs when
+    /// replicas are read from (else none).
+    pub(super) async fn read_slots(&self, addr: &NodeAddr) -> Result<SlotMap> {
         let r = self
             .inner
             .connector
             .oneshot(addr, Session::default(), &[&[b"CLUSTER", b"SLOTS"]])
             .await?;
         let v = expect_ok(&r[0])?;
-        topology::parse_cluster_slots(v, addr)
+        let replicas = match &self.inner.reads {
+            Some(_) => topology::parse_cluster_replicas(&v, addr),
+            None => Vec::new(),
+        };
+        Ok((topology::parse_cluster_slots(v, addr)?, replicas))
     }
     /// Installs a slot map; returns whether the set of masters changed.
-    pub(super) fn install(&self, ranges: &[(u16, u16, NodeAddr)]) -> bool {
-        let topo = Topology::cluster(ranges, |a| self.node(a));
+    pub(super) fn install(&self, (ranges, replicas): &SlotMap) -> bool {
+        let topo = Topology::cluster(ranges, replicas, |a| self.node(a));
         let old = self.inner.topo.swap(Arc::new(topo));
         let new = self.inner.topo.load();
         let changed = old.nodes().len() != new.nodes().len()
@@ -211,18 +217,30 @@ impl Upstream {
         {
             let mut nodes = self.inner.nodes.lock().unwrap_or_else(|p| p.into_inner());
             nodes.retain(|a, n| {
-                let keep = new.index_of(a).is_some();
+                let keep = new.knows(a);
                 if !keep {
                     gone.push(Arc::clone(n));
                 }
                 keep
             });
         }
-        if !gone.is_empty() {
+        // A master that is none now (gone, or a replica after a failover);
+        // a replica that left is no failover.
+        if old.nodes().iter().any(|n| new.index_of(n.addr()).is_none()) {
             self.inner
                 .failover
                 .masters_replaced
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A master demoted to a replica of the new map stays known, and
+        // its queued writes are re-routed like a departed master's.
+        gone.extend(
+            old.nodes()
+                .iter()
+                .filter(|n| new.index_of(n.addr()).is_none() && new.knows(n.addr()))
+                .cloned(),
+        );
+        if !gone.is_empty() {
             let mut retired = self.inner.retired.lock().unwrap_or_else(|p| p.into_inner());
             retired.extend(gone.into_iter().filter(|n| n.has_pending_writes()));
             retired.retain(|n| n.has_pending_writes());
@@ -250,8 +268,7 @@ impl Upstream {
             .failover
             .refreshes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut asks: tokio::task::JoinSet<Result<Vec<(u16, u16, NodeAddr)>>> =
-            tokio::task::JoinSet::new();
+        let mut asks: tokio::task::JoinSet<Result<SlotMap>> = tokio::task::JoinSet::new();
         for addr in candidates {
             let up = self.clone();
             asks.spawn(async move { up.read_slots(&addr).await });
@@ -270,6 +287,9 @@ impl Upstream {
         Err(last.unwrap_or_else(|| Error::Topology("no node to ask".into())))
     }
 }
+
+/// Slot ranges (first, last, master) and (master, replica) pairs.
+pub(super) type SlotMap = (Vec<(u16, u16, NodeAddr)>, Vec<(NodeAddr, NodeAddr)>);
 
 /// Shortest gap between two slot-map refreshes, however many are asked for.
 const REFRESH_GAP_MIN: Duration = Duration::from_millis(100);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sidecache_resp::frame::{self, Value};
 use tracing::warn;
 
-use super::{info_field, slotmap, ServerInfo, Upstream};
+use super::{info_field, replicas, slotmap, ServerInfo, Upstream};
 use crate::cluster::topology::Topology;
 use crate::coherence::peer::Peer;
 use crate::coherence::tracking::{CoherenceMode, Hub};
@@ -198,6 +198,9 @@ impl Upstream {
         } else {
             let node = self.node(seed_addr);
             self.inner.topo.store(Arc::new(Topology::standalone(node)));
+        }
+        if let Some(rr) = &self.inner.reads {
+            tokio::spawn(replicas::monitor(Arc::clone(&self.inner), Arc::clone(rr)));
         }
         if let Some(p) = &self.inner.peer {
             tokio::spawn(crate::coherence::peer::subscribe(

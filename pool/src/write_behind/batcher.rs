@@ -378,6 +378,14 @@ impl<U: Dispatch> Batcher<U> {
             }
         }
         wb.stats.flushed.fetch_add(ok, Ordering::Relaxed);
+        // Replica reads: the batch landed now, stamped before its values
+        // leave the L1 and before `flushed` moves (see `crate::replica`).
+        if let Some(st) = wb.stamps() {
+            let now = st.now();
+            for q in batch.iter() {
+                st.landed(q.write.slot, q.stamp, now);
+            }
+        }
         // Optin: every write of the batch has landed (or failed for good,
         // which already dropped its keys); their values leave the L1 unless
         // a later write replaced them. Before `flushed` moves, so a read

@@ -57,6 +57,37 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_FILL_CONNECTIONS", value_name = "N")]
     pub fill_connections: Option<usize>,
 
+    /// Where L1 misses and read-only forwarded commands go: primary,
+    /// replica, az-affinity or az-affinity-replicas-and-primary
+    /// (docs/replica-reads.md) [default: primary].
+    #[arg(long, env = "SIDECACHE_READ_FROM", value_name = "MODE")]
+    pub read_from: Option<String>,
+
+    /// The availability zone this sidecache runs in (az-affinity modes;
+    /// on AWS, the instance metadata's placement/availability-zone).
+    #[arg(long, env = "SIDECACHE_AZ", value_name = "NAME")]
+    pub az: Option<String>,
+
+    /// A node's availability zone, `HOST:PORT=AZ`; repeat or
+    /// comma-separate. A node's own (Valkey 8 `availability-zone`) wins.
+    #[arg(
+        long,
+        env = "SIDECACHE_REPLICA_AZ",
+        value_name = "ADDR=AZ",
+        value_delimiter = ','
+    )]
+    pub replica_az: Vec<String>,
+
+    /// Seconds a replica may go without being proven caught up with its
+    /// master before reads skip it [default: 1].
+    #[arg(long, env = "SIDECACHE_REPLICA_MAX_LAG", value_name = "SECS")]
+    pub replica_max_lag: Option<f64>,
+
+    /// Seconds between probes of each replica's replication offset and
+    /// link (INFO replication) [default: 0.05].
+    #[arg(long, env = "SIDECACHE_REPLICA_CHECK_INTERVAL", value_name = "SECS")]
+    pub replica_check_interval: Option<f64>,
+
     /// Largest bulk string a client may send; accepts kb/mb/gb [default: 512mb].
     #[arg(long, env = "SIDECACHE_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
     pub proto_max_bulk_len: Option<String>,
@@ -403,6 +434,11 @@ impl Options {
             mode,
             pool_size,
             fill_connections,
+            read_from,
+            az,
+            replica_az,
+            replica_max_lag,
+            replica_check_interval,
             proto_max_bulk_len,
             max_multibulk_len,
             client_query_buffer_limit,

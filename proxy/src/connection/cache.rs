@@ -170,6 +170,7 @@ impl Client {
             Ok(r) => r,
             Err(e) => return self.slot_error(&e),
         };
+        let node = self.read_node(node, slot);
         match lookup {
             Lookup::Hit(_) => {}
             Lookup::Bypass => self.forward(node, slot, &req.raw),
@@ -255,8 +256,7 @@ impl Client {
     fn fill_ticket(&self, node: usize, db: u16, key: &[u8]) -> Option<sidecache_l1::FillTicket> {
         let ticket = self.shared.l1.begin_fill(db, key);
         self.topo
-            .nodes()
-            .get(node)
+            .node(node)
             .is_some_and(|n| n.coherent())
             .then_some(ticket)
     }
@@ -279,6 +279,7 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => return self.slot_error(&e),
             };
+            let node = self.read_node(node, slot);
             let mut ticket = if lookup == Lookup::Miss {
                 self.fill_ticket(node, db, key)
             } else {
@@ -313,7 +314,13 @@ impl Client {
         let written_only = match info.invalidation {
             Invalidation::None => return None,
             // Peers still need to hear of it when this L1 is off.
-            _ if !self.shared.l1.enabled() && self.shared.upstream.peer().is_none() => return None,
+            // Replica reads stamp the written slots (`apply`).
+            _ if !self.shared.l1.enabled()
+                && self.shared.upstream.peer().is_none()
+                && !self.replica_reads =>
+            {
+                return None
+            }
             Invalidation::Keys { written_only } => Some(written_only),
             Invalidation::All => None,
         };
@@ -349,7 +356,12 @@ impl Client {
 
     /// Drops what `inval` names from the L1, before the write is sent;
     /// tracking clients hear of it at its acknowledgement ([`Client::apply`]).
+    /// With replica reads its slots are stamped (as again at the
+    /// acknowledgement).
     pub(super) fn apply_l1(&self, inval: &Inval) {
+        if self.replica_reads {
+            self.stamp_written(inval);
+        }
         match inval {
             Inval::Keys(keys) => {
                 for k in keys {
@@ -364,8 +376,14 @@ impl Client {
     }
 
     /// Drops what `inval` names from the L1 at the write's acknowledgement;
-    /// tracking clients are told (BCAST ones when the batch ends).
+    /// tracking clients are told (BCAST ones when the batch ends). With
+    /// replica reads its slots are stamped: reads of them avoid replicas
+    /// until they are proven to hold the write (see
+    /// `sidecache_pool::replica`).
     pub(super) fn apply(&self, inval: &Inval) {
+        if self.replica_reads {
+            self.stamp_written(inval);
+        }
         match inval {
             Inval::Keys(keys) => {
                 for k in keys {

@@ -107,7 +107,11 @@ impl Client {
                 let i = if fill { i / per_node } else { i };
                 let payload = b.buf.split().freeze();
                 let count = std::mem::take(&mut b.count);
-                let Some(node) = self.topo.nodes().get(i) else {
+                if i >= self.topo.nodes().len() {
+                    // A replica's: kept for `fall_back`.
+                    b.sent = Some((payload.clone(), count));
+                }
+                let Some(node) = self.topo.node(i) else {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
@@ -147,6 +151,9 @@ impl Client {
                     b.result = Some(rx.replies().await);
                 }
             }
+        }
+        if self.replica_reads {
+            self.fall_back().await;
         }
     }
 
@@ -491,6 +498,7 @@ impl Client {
         self.scratch.clear();
         for b in self.builders.iter_mut().chain(self.fills.iter_mut()) {
             b.result = None;
+            b.sent = None;
         }
         self.forwarded_write = false;
         let stats = &self.shared.stats;

@@ -220,6 +220,7 @@ impl Client {
                 .skip(node * self.fill_lanes)
                 .take(self.fill_lanes)
                 .any(|b| b.count > 0)
+            || self.replicas_bound(node)
     }
 
     /// How long a write waits for room. After one write waited the full

@@ -172,6 +172,12 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_upstream_errors_total", C, &[], "Commands answered with an upstream failure (not Redis's own error replies)."),
     fam("sidecache_upstream_redirects_total", C, &["kind"], "MOVED and ASK replies followed for client commands."),
     fam("sidecache_upstream_readonly_reconnects_total", C, &[], "Upstream connections closed and re-opened (fresh DNS resolution) because a standalone node answered READONLY: the endpoint moved to a new primary."),
+    // Replica reads (--read-from other than primary).
+    fam("sidecache_reads_routed_total", C, &["target"], "L1 misses and read-only forwarded commands by where they went: primary, replica_same_az (a replica in --az), replica_other_az (--read-from other than primary)."),
+    fam("sidecache_replica_reads_on_primary_total", C, &["reason"], "Reads that went to the master though it has replicas: own_write (a write of the slot not yet proven on a usable replica: read-your-writes), no_replica (none usable: down, loading, link down, past --replica-max-lag)."),
+    fam("sidecache_replica_read_fallbacks_total", C, &[], "Reads sent to a replica that failed there (connection lost or refused, no answer in time) and were sent again to the master."),
+    fam("sidecache_replica_lag_seconds", G, &["replica", "az"], "How long before the last probe the replica was last proven to hold all its master had (0 to about one --replica-check-interval when it keeps up)."),
+    fam("sidecache_replica_usable", G, &["replica", "az"], "1 while the replica's last probe answered with its link up and it is within --replica-max-lag."),
     fam("sidecache_upstream_healthy", G, &["shard"], "0 while the master's latest reply was BUSY, LOADING or MASTERDOWN, or a request to it is overdue; 1 otherwise."),
 ];
 

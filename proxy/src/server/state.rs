@@ -345,9 +345,14 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             shared.invalidate_all();
             return;
         }
-        let Some(idx) = topo.index_of(node) else {
-            // Serves nothing now: what it served was dropped when the
-            // topology changed.
+        // A replica's channel (replica reads) covers its master's slots.
+        let Some(idx) = topo.index_of(node).or_else(|| topo.master_of_replica(node)) else {
+            // Serves nothing now: what a master served was dropped when
+            // the topology changed. A replica that left the map may have
+            // filled values that no install dropped: everything goes.
+            if shared.upstream.replica_reads().is_some() {
+                shared.invalidate_all();
+            }
             return;
         };
         let owned: Vec<bool> = (0..sidecache_pool::cluster::slot::SLOT_COUNT)

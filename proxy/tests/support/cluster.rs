@@ -78,6 +78,35 @@ impl Cluster {
         panic!("cluster did not reach cluster_state:ok");
     }
 
+    /// Waits until every replica synced and the first node's CLUSTER
+    /// SLOTS lists it (gossip takes a moment after the sync): a proxy
+    /// reading replicas finds them all at start.
+    pub async fn wait_replicas_listed(&self, replicas: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in &self.nodes {
+            if !cli(n.port, &["role"]).starts_with("slave") {
+                continue;
+            }
+            while !cli(n.port, &["info", "replication"]).contains("master_link_status:up") {
+                assert!(Instant::now() < deadline, "replica never synced");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        loop {
+            let slots = cli(self.nodes[0].port, &["cluster", "slots"]);
+            // Each node's entry has its address, port and ID: count the IDs.
+            let ids = slots.lines().filter(|l| l.len() == 40).count();
+            if ids >= 3 * (1 + replicas) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CLUSTER SLOTS never listed the replicas"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn seed_url(&self) -> String {
         self.nodes[0].url()
     }

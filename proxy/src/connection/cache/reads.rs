@@ -96,6 +96,7 @@ impl Client {
             Ok(r) => r,
             Err(e) => return self.slot_error(&e),
         };
+        let node = self.read_node(node, slot);
         if lookup == ReadLookup::Bypass {
             return self.forward(node, slot, &req.raw);
         }

@@ -22,6 +22,7 @@ pub(super) fn collect_shared(s: &Shared, o: &mut Out) {
     journal(s, o);
     invalidation(s, o);
     upstream(s, o);
+    replica_reads(s, o);
 }
 
 /// A counter's value.
@@ -539,6 +540,53 @@ fn upstream(s: &Shared, o: &mut Out) {
             "sidecache_upstream_redirects_total",
             &[("kind", kind)],
             l(c),
+        );
+    }
+}
+
+/// Replica reads: where reads went, and each replica's probed state
+/// (nothing with `--read-from primary`).
+fn replica_reads(s: &Shared, o: &mut Out) {
+    let Some(rr) = s.upstream.replica_reads() else {
+        return;
+    };
+    let st = &rr.stats;
+    for (target, c) in [
+        ("primary", &st.primary),
+        ("replica_same_az", &st.replica_same_az),
+        ("replica_other_az", &st.replica_other_az),
+    ] {
+        o.counter("sidecache_reads_routed_total", &[("target", target)], l(c));
+    }
+    for (reason, c) in [
+        ("own_write", &st.own_write_primary),
+        ("no_replica", &st.no_replica),
+    ] {
+        o.counter(
+            "sidecache_replica_reads_on_primary_total",
+            &[("reason", reason)],
+            l(c),
+        );
+    }
+    o.counter(
+        "sidecache_replica_read_fallbacks_total",
+        &[],
+        l(&st.fallbacks),
+    );
+    let topo = s.upstream.topology();
+    let max_lag = rr.cfg.max_lag.as_nanos() as u64;
+    for r in topo.replicas() {
+        let rs = r.replica_state();
+        let addr = r.addr().to_string();
+        let az = rs.az().unwrap_or_default();
+        let labels = [("replica", addr.as_str()), ("az", az.as_str())];
+        let lag = rs.lag_ns.load(Ordering::Relaxed);
+        o.gauge("sidecache_replica_lag_seconds", &labels, lag as f64 / 1e9);
+        let usable = rs.healthy() && rs.caught_up() > 0 && lag <= max_lag;
+        o.gauge(
+            "sidecache_replica_usable",
+            &labels,
+            f64::from(u8::from(usable)),
         );
     }
 }
