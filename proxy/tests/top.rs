@@ -35,10 +35,14 @@ impl Tmux {
     }
 
     /// A detached 160×50 session running `cmd`; its pane stays after the
-    /// command exits (to read its exit status).
+    /// command exits, and the shell writes the command's exit status to a
+    /// file (tmux's `#{pane_dead_status}` was seen empty in CI for a
+    /// command that had exited).
     fn start(cmd: &str) -> Tmux {
         let dir = temp_dir("tmux");
         let conf = dir.join("tmux.conf");
+        let cmd = format!("{cmd}; echo $? > {}", dir.join("status").display());
+        let cmd = cmd.as_str();
         std::fs::write(&conf, "set -g remain-on-exit on\n").unwrap();
         let mut t = Tmux {
             socket: dir.file_name().unwrap().to_string_lossy().into_owned(),
@@ -78,29 +82,13 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `Some(status)` once the command in the pane exited: its exit status,
-    /// or 128 + the signal that killed it. tmux marks a pane dead when its
-    /// terminal closes, which can come before it has reaped the process and
-    /// knows the status; until then this is `None`.
+    /// `Some(status)` once the command in the pane exited: its exit
+    /// status, as its shell wrote it.
     fn exited(&self) -> Option<i32> {
-        let out = self.run(&[
-            "display-message",
-            "-p",
-            "-t",
-            "top",
-            "#{pane_dead} s=#{pane_dead_status} k=#{pane_dead_signal}",
-        ]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut f = text.split_whitespace();
-        if f.next() != Some("1") {
-            return None;
-        }
-        let num = |prefix: &str, f: Option<&str>| {
-            f.and_then(|s| s.strip_prefix(prefix))
-                .and_then(|s| s.parse::<i32>().ok())
-        };
-        let (status, signal) = (num("s=", f.next()), num("k=", f.next()));
-        status.or(signal.map(|k| 128 + k))
+        let (_, dir) = self.files.as_ref()?;
+        let text = std::fs::read_to_string(dir.join("status")).ok()?;
+        // Written, not only created.
+        text.ends_with('\n').then(|| text.trim().parse().ok())?
     }
 
     /// Waits until the screen passes `ok`, and returns it.
