@@ -127,14 +127,9 @@ impl Upstream {
         count: usize,
         deadline: Option<Instant>,
     ) -> Submitted {
-        let waited = match self.wait_writes(node).await {
+        let waited = match self.wait_writes_first(node).await {
             Ok(waited) => waited,
-            Err(e) => {
-                return Submitted {
-                    waited: true,
-                    replies: Err(e),
-                }
-            }
+            Err(failed) => return failed,
         };
         let replies = self.send(node, lane, payload, count, deadline).await;
         Submitted { waited, replies }
@@ -172,6 +167,18 @@ impl Upstream {
             rx,
             node: Arc::clone(node),
             deadline,
+        })
+    }
+
+    /// [`Upstream::wait_writes`] before a pipeline to `node`: whether it
+    /// waited, or the pipeline's result when the wait failed.
+    pub(super) async fn wait_writes_first(
+        &self,
+        node: &Node,
+    ) -> std::result::Result<bool, Submitted> {
+        self.wait_writes(node).await.map_err(|e| Submitted {
+            waited: true,
+            replies: Err(e),
         })
     }
 

@@ -84,14 +84,9 @@ impl Upstream {
         count: usize,
         deadline: Option<Instant>,
     ) -> Submitted {
-        let waited = match self.wait_writes(node).await {
+        let waited = match self.wait_writes_first(node).await {
             Ok(waited) => waited,
-            Err(e) => {
-                return Submitted {
-                    waited: true,
-                    replies: Err(e),
-                }
-            }
+            Err(failed) => return failed,
         };
         let (tx, rx) = oneshot::channel();
         let pool = Arc::clone(pool);

@@ -41,11 +41,7 @@ impl Client {
         }
         // A forwarded command gets a clear error after --upstream-timeout,
         // never a hang behind a stalled upstream.
-        let deadline = self
-            .shared
-            .upstream
-            .command_timeout()
-            .map(|t| tokio::time::Instant::now() + t);
+        let deadline = self.batch_deadline();
         self.submit(deadline).await;
         self.receive().await;
         self.note_failures();
@@ -63,6 +59,15 @@ impl Client {
         if !self.tracked_reads.is_empty() || !self.fill_reads.is_empty() {
             self.end_tracked_reads();
         }
+    }
+
+    /// When a forwarded command of a batch starting now gets its clear
+    /// error (`--upstream-timeout`), never a hang behind a stalled upstream.
+    pub(super) fn batch_deadline(&self) -> Option<tokio::time::Instant> {
+        self.shared
+            .upstream
+            .command_timeout()
+            .map(|t| tokio::time::Instant::now() + t)
     }
 
     /// Sends each node's pipeline as one [`Upstream::submit`] (which first

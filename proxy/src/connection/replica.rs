@@ -84,11 +84,7 @@ impl Client {
         let per_node = self.fill_lanes;
         let session = self.session();
         let hint = self.hint();
-        let deadline = self
-            .shared
-            .upstream
-            .command_timeout()
-            .map(|t| tokio::time::Instant::now() + t);
+        let deadline = self.batch_deadline();
         for fill in [false, true] {
             let lanes = if fill {
                 &mut self.fills
