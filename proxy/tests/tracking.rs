@@ -211,6 +211,69 @@ async fn a_read_sidecache_does_not_follow_is_invalidated_at_once() {
     proxy2.stop().await;
 }
 
+/// What is readable once the first bytes after `line` arrived: a blocking
+/// read (woken by the first write that reaches the socket), then what else
+/// a non-blocking read finds at once, as a client-side cache checks for
+/// pending invalidations when it next serves a read.
+fn at_reply(s: &mut std::net::TcpStream, line: &str) -> String {
+    use std::io::{ErrorKind, Read, Write};
+    s.write_all(enc(line).as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    let mut n = s.read(&mut buf).unwrap();
+    s.set_nonblocking(true).unwrap();
+    loop {
+        match s.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(m) => n += m,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    s.set_nonblocking(false).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn one_std(s: &mut std::net::TcpStream, line: &str) -> String {
+    use std::io::{Read, Write};
+    s.write_all(enc(line).as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// A client-side cache (redis-py's) looks for invalidations only when it
+/// is about to serve a read: the one a client's own write causes must be
+/// there once its reply is, as Redis writes both in one output buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_own_write_is_invalidated_in_the_write_of_its_reply() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let direct = redis.addr();
+    let through = proxy.addr.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut w = std::net::TcpStream::connect(&direct).unwrap();
+        for addr in [direct.clone(), through] {
+            let mut t = std::net::TcpStream::connect(&addr).unwrap();
+            t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            one_std(&mut t, "HELLO 3");
+            one_std(&mut t, "CLIENT TRACKING ON");
+            for round in 0..50 {
+                let key = format!("own:{round}");
+                one_std(&mut w, &format!("SET {key} a"));
+                // Read twice: a fill (so sidecache follows the key), then
+                // an L1 hit through sidecache.
+                assert_eq!(at_reply(&mut t, &format!("GET {key}")), "$1\r\na\r\n");
+                assert_eq!(at_reply(&mut t, &format!("GET {key}")), "$1\r\na\r\n");
+                let got = at_reply(&mut t, &format!("SET {key} b"));
+                assert_eq!(got, format!("+OK\r\n{}", push(&key)), "{addr} round {round}");
+            }
+        }
+    })
+    .await
+    .unwrap();
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_tracking_clients_hear_of_every_master() {
     let cluster = Cluster::start();

@@ -124,9 +124,25 @@ pub async fn serve<S>(
         if client.user_gone {
             break;
         }
+        // Messages queued for it while the batch ran (CLIENT TRACKING
+        // invalidations of what it read or wrote) go out in the same write,
+        // right behind its replies, as Redis puts them in the same output
+        // buffer: a client that looks for them once it has a reply (as
+        // redis-py's client-side cache does before serving its next read)
+        // finds them, never a reply without the invalidation it caused.
+        let mut weight = 0;
+        if client.subs.is_some() {
+            match client.take_ready() {
+                Some(w) => weight = w,
+                None => break,
+            }
+        }
         let failed = client.write_watched(&mut stream).await.is_err();
         if !failed {
             client.metrics.written(&shared.metrics);
+            if weight > 0 {
+                client.delivered(weight);
+            }
         }
         if failed || close {
             break;
@@ -146,21 +162,6 @@ pub async fn serve<S>(
         // and free per batch of forwarded commands).
         req.raw = Bytes::new();
         req.args.clear();
-        // Messages queued for it while the batch ran (CLIENT TRACKING
-        // invalidations of what it just read) go out now, behind its
-        // replies, not only when it next waits.
-        if client.subs.is_some() {
-            match client.take_ready() {
-                Some(0) => {}
-                Some(weight) => {
-                    if client.write_watched(&mut stream).await.is_err() {
-                        break;
-                    }
-                    client.delivered(weight);
-                }
-                None => break,
-            }
-        }
         // A subscriber mostly waits: it keeps small buffers.
         let least = if client.timeout_exempt() {
             if rbuf.is_empty() && rbuf.capacity() > 4 * 1024 {

@@ -387,6 +387,8 @@ impl Client {
     /// `wbuf`; returns the outbox bytes they stand for, or `None` when the
     /// client must be closed (its subscription's link broke).
     pub(super) fn take_deliveries(&mut self, first: Delivery) -> Option<usize> {
+        // Bounded by what it adds: `wbuf` may already hold the batch's replies.
+        let start = self.wbuf.len();
         let mut weight = 0;
         let mut next = Some(first);
         while let Some(d) = next {
@@ -441,7 +443,7 @@ impl Client {
                     put_header(&mut self.wbuf, b':', count);
                 }
             }
-            if self.wbuf.len() >= DRAIN_BYTES {
+            if self.wbuf.len() - start >= DRAIN_BYTES {
                 break;
             }
             next = self.subs.as_mut().and_then(|s| s.rx.try_recv().ok());
