@@ -244,14 +244,18 @@ pub struct Client {
     scratch: BytesMut,
     wbuf: BytesMut,
     keys: Vec<usize>,
-    /// CLIENT TRACKING: the keys of this batch's tracked reads (see
+    /// CLIENT TRACKING: the keys of this batch's tracked reads, and
+    /// whether sidecache followed each when it was registered (see
     /// `tracked`).
-    tracked_reads: Vec<(u16, Bytes)>,
+    tracked_reads: Vec<(u16, Bytes, bool)>,
     /// Keys this batch read on a fill lane (optin: Redis now follows them
     /// for sidecache), kept only while the client tracks.
     fill_reads: Vec<(u16, Bytes)>,
     /// CLIENT TRACKING: a CLIENT CACHING was followed by a command.
     caching_used: bool,
+    /// CLIENT TRACKING: a CLIENT CACHING queued inside the open MULTI (it
+    /// runs at EXEC, and applies to the commands queued after it).
+    tx_caching: Option<bool>,
     batch_bytes: usize,
     commands: u64,
     /// Whether this batch holds a write not yet acknowledged upstream: its
@@ -385,6 +389,7 @@ impl Client {
             tracked_reads: Vec::new(),
             fill_reads: Vec::new(),
             caching_used: false,
+            tx_caching: None,
             batch_bytes: 0,
             commands: 0,
             batch_writes: false,

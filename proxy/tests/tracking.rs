@@ -265,12 +265,62 @@ async fn an_own_write_is_invalidated_in_the_write_of_its_reply() {
                 assert_eq!(at_reply(&mut t, &format!("GET {key}")), "$1\r\na\r\n");
                 assert_eq!(at_reply(&mut t, &format!("GET {key}")), "$1\r\na\r\n");
                 let got = at_reply(&mut t, &format!("SET {key} b"));
-                assert_eq!(got, format!("+OK\r\n{}", push(&key)), "{addr} round {round}");
+                assert_eq!(
+                    got,
+                    format!("+OK\r\n{}", push(&key)),
+                    "{addr} round {round}"
+                );
             }
         }
     })
     .await
     .unwrap();
+    proxy.stop().await;
+}
+
+/// rueidis caches a read as `CLIENT CACHING YES`, `MULTI`, `PTTL k`, the
+/// read, `EXEC` (OPTIN): as on Redis, the CLIENT CACHING covers the whole
+/// transaction, so a later change of the key reaches the client (through
+/// sidecache at the latest then; earlier when sidecache does not follow
+/// the key). The same with the CLIENT CACHING queued inside the MULTI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optin_reads_inside_a_transaction_are_tracked() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut w = TcpStream::connect(redis.addr()).await.unwrap();
+    for addr in [redis.addr(), proxy.addr.to_string()] {
+        let mut t = TcpStream::connect(&addr).await.unwrap();
+        one(&mut t, "HELLO 3").await;
+        one(&mut t, "CLIENT TRACKING ON OPTIN").await;
+        for (round, inside) in [(0, false), (1, true), (2, false)] {
+            let key = format!("rue:{round}");
+            one(&mut w, &format!("SET {key} v")).await;
+            let tx = if inside {
+                format!("MULTI\r\nCLIENT CACHING YES\r\nPTTL {key}\r\nGET {key}\r\nEXEC\r\n")
+            } else {
+                format!("CLIENT CACHING YES\r\nMULTI\r\nPTTL {key}\r\nGET {key}\r\nEXEC\r\n")
+            };
+            {
+                use tokio::io::AsyncWriteExt;
+                t.write_all(tx.as_bytes()).await.unwrap();
+            }
+            let reply = arrived(&mut t, WAIT).await;
+            let value = ":-1\r\n$1\r\nv\r\n";
+            let Some(at) = reply.find(value) else {
+                panic!("{addr} round {round}: {reply:?}");
+            };
+            // What came after EXEC's reply.
+            let mut early = reply[at + value.len()..].to_string();
+            // An untracked read after EXEC (the CLIENT CACHING is spent).
+            one(&mut t, "GET other").await;
+            early += &arrived(&mut t, WAIT).await;
+            one(&mut w, &format!("SET {key} changed")).await;
+            one(&mut w, "SET other changed").await;
+            let seen = early + &arrived(&mut t, WAIT).await;
+            // Everything after EXEC's reply: the key's message, once.
+            assert_eq!(seen, push(&key), "{addr} round {round}: {reply:?}");
+        }
+    }
     proxy.stop().await;
 }
 

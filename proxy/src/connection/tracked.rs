@@ -39,20 +39,43 @@ impl Client {
     /// Before a tracking client's command: if it is a read the client
     /// tracks (CLIENT CACHING for OPTIN/OPTOUT), its keys are registered
     /// (default mode; BCAST clients hear of every key) and kept for
-    /// [`Client::end_tracked_reads`]. A CLIENT CACHING applies to the one
-    /// command after it.
+    /// [`Client::end_tracked_reads`]. As on Redis, a CLIENT CACHING applies
+    /// to the one command after it, or to the whole transaction when that
+    /// command is MULTI (rueidis sends `CLIENT CACHING YES`, `MULTI`,
+    /// `PTTL k`, the read, `EXEC`); one queued inside a MULTI applies to
+    /// the commands queued after it. Reads inside a transaction are
+    /// registered when they are queued, before Redis runs them.
     pub(super) fn track_read(&mut self, req: &Request) {
         let caching = req.args.len() >= 2
             && req.args[0].eq_ignore_ascii_case(b"client")
             && req.args[1].eq_ignore_ascii_case(b"caching");
-        if std::mem::take(&mut self.caching_used) {
-            self.st.tracking.caching = None;
+        let in_tx = self.tx.is_some();
+        if !in_tx {
+            self.tx_caching = None;
+            if std::mem::take(&mut self.caching_used) {
+                self.st.tracking.caching = None;
+            }
         }
         if caching {
+            if in_tx && req.args.len() == 3 {
+                // Only what CLIENT CACHING would accept at EXEC (its
+                // errors are the EXEC's then, as Redis's).
+                let t = &self.st.tracking;
+                if req.args[2].eq_ignore_ascii_case(b"yes") && t.optin {
+                    self.tx_caching = Some(true);
+                } else if req.args[2].eq_ignore_ascii_case(b"no") && t.optout {
+                    self.tx_caching = Some(false);
+                }
+            }
             return;
         }
         self.caching_used = true;
-        if !self.st.tracking.tracks_reads() {
+        let tracks = if in_tx && self.tx_caching.is_some() {
+            self.st.tracking.tracks_reads_with(self.tx_caching)
+        } else {
+            self.st.tracking.tracks_reads()
+        };
+        if !tracks {
             return;
         }
         let shared = std::sync::Arc::clone(&self.shared);
@@ -75,26 +98,39 @@ impl Client {
             if !bcast {
                 shared.tracked.register(self.st.id, &key);
             }
-            self.tracked_reads.push((self.st.db, key));
+            // Followed now, after the registration: every later change
+            // reaches sidecache, so this client, whatever its read returns.
+            let followed = self.follows(self.st.db, &key);
+            self.tracked_reads.push((self.st.db, key, followed));
         }
     }
 
-    /// After a batch's replies: the tracked reads of keys sidecache does
-    /// not follow upstream get their invalidation now, behind the replies.
-    /// A key read on a fill lane in this batch is followed, value or not:
-    /// Redis tracks what that connection read with `CLIENT CACHING YES`
-    /// until its next change (or until the lane's channel is lost, which
-    /// tells every tracking client to drop everything).
+    /// After a batch's replies: the tracked reads of keys sidecache did
+    /// not follow upstream when they were registered get their
+    /// invalidation now, behind the replies. (Followed only later, a change
+    /// made between the read and then would have gone unheard.) A key read
+    /// on a fill lane in this batch is followed, value or not: Redis tracks
+    /// what that connection read with `CLIENT CACHING YES` until its next
+    /// change (or until the lane's channel is lost, which tells every
+    /// tracking client to drop everything). Inside an open MULTI nothing is
+    /// decided yet: the reads' replies come with EXEC's, and a message must
+    /// not come before the reply it applies to.
     pub(super) fn end_tracked_reads(&mut self) {
+        if self.tx.is_some() {
+            return;
+        }
         let mut reads = std::mem::take(&mut self.tracked_reads);
         let fill_reads = std::mem::take(&mut self.fill_reads);
-        let lost: Vec<Bytes> = reads
+        let mut lost: Vec<Bytes> = reads
             .drain(..)
-            .filter(|(db, key)| {
-                !fill_reads.iter().any(|(d, k)| d == db && k == key) && !self.follows(*db, key)
+            .filter(|(db, key, followed)| {
+                !followed && !fill_reads.iter().any(|(d, k)| d == db && k == key)
             })
-            .map(|(_, key)| key)
+            .map(|(_, key, _)| key)
             .collect();
+        // One message per key (`PTTL k` and `GET k` read it twice).
+        lost.sort_unstable();
+        lost.dedup();
         if !lost.is_empty() {
             self.shared.tracked.forget(self.st.id, &lost);
         }
@@ -114,6 +150,12 @@ impl Client {
                 .unwrap_or_else(|| self.shared.upstream.peer().is_some_and(|p| p.is_up())),
             Err(_) => false,
         };
-        up && self.shared.l1.followed(db, key, !self.optin)
+        // BCAST upstream: Redis reports every change of the keys the L1
+        // admits (its include prefixes are the BCAST prefixes), read or not.
+        up && if self.optin {
+            self.shared.l1.followed(db, key, false)
+        } else {
+            self.shared.l1.enabled() && self.shared.l1.config().key_allowed(key)
+        }
     }
 }

@@ -283,15 +283,23 @@ impl Tracked {
     /// follows no change), so it must not keep them.
     pub fn forget(&self, id: u64, keys: &[Bytes]) {
         let mut g = self.lock();
+        let bcast = g.clients.get(&id).is_some_and(|s| s.bcast);
         for key in keys {
+            let mut registered = false;
             if let Some(ids) = g.keys.get_mut(key) {
+                let before = ids.len();
                 ids.retain(|i| *i != id);
+                registered = ids.len() != before;
                 if ids.is_empty() {
                     g.keys.remove(key);
                 }
             }
-            let n = send(&g, std::iter::once(id), key);
-            self.messages.fetch_add(n, Ordering::Relaxed);
+            // A default-mode client gets one message per registration (a
+            // change it was told of already took the registration).
+            if registered || bcast {
+                let n = send(&g, std::iter::once(id), key);
+                self.messages.fetch_add(n, Ordering::Relaxed);
+            }
         }
     }
 

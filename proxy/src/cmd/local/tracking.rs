@@ -33,11 +33,16 @@ impl Tracking {
     /// for this client): always, but in OPTIN mode only after CLIENT
     /// CACHING YES and in OPTOUT mode not after CLIENT CACHING NO.
     pub fn tracks_reads(&self) -> bool {
+        self.tracks_reads_with(self.caching)
+    }
+
+    /// [`Tracking::tracks_reads`] with `caching` in force instead of its own.
+    pub fn tracks_reads_with(&self, caching: Option<bool>) -> bool {
         self.on
             && if self.optin {
-                self.caching == Some(true)
+                caching == Some(true)
             } else if self.optout {
-                self.caching != Some(false)
+                caching != Some(false)
             } else {
                 true
             }
