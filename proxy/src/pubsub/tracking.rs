@@ -18,10 +18,15 @@
 //! replies are written: a client never gets a key's invalidation before the
 //! reply it applies to. What sidecache learns of is only what it follows:
 //! a key is followed upstream while the L1 holds a value filled for it
-//! (`sidecache_l1::L1::followed`), and its node's invalidation channel is
-//! up. For a read of a key that is not, the client gets an invalidation of
-//! it right after the reply (`Client::end_tracked_reads`): it may use the
-//! value once, never cache it past a change.
+//! (`sidecache_l1::L1::followed`; under BCAST upstream, every key the L1
+//! admits), and its node's invalidation channel is up. That is decided
+//! when the read is registered: a key followed only later may have changed
+//! unheard in between. For a read of a key that was not followed then (and
+//! was not read on a fill lane, which Redis follows from that read on), the
+//! client gets an invalidation of it right after the reply
+//! (`Client::end_tracked_reads`): it may use the value once, never cache it
+//! past a change. The messages a client's own writes cause leave in the
+//! same socket write as that batch's replies.
 //!
 //! # Message shapes, as Redis's
 //! A default-mode client gets one message per key, at once. A BCAST
