@@ -17,6 +17,10 @@
 #        beyond GET on keys of their type, cached before the count)
 #        SIDECACHE_ARGS=""  ANNOTATE=1 (keep callgrind_annotate's inclusive
 #        listing per test in OUT)
+#        REDIS_TOO=1: then the same loads straight at a second redis-server
+#        under callgrind, for Redis's own instructions per request beside
+#        sidecache's (user space only for both: the kernel's share, the
+#        socket calls, is not counted by callgrind)
 #        OUT=dir (keeps the callgrind files there)
 # Only the processes it started are stopped (by pid).
 set -euo pipefail
@@ -115,3 +119,28 @@ for t in $TESTS; do
     "$t" "$ir" "$(awk -v a="$ir" -v n="$N" 'BEGIN {print a / n}')" "${conn:-0}" "${batcher:-0}"
   [[ "$ANNOTATE" == 1 ]] || rm -f "$OUT/annotate-$t.txt"
 done
+
+# Redis's own count for the same loads, sent to it directly.
+if [[ "${REDIS_TOO:-0}" == 1 ]]; then
+  DP=$(port)
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/redis.callgrind.out.%p" \
+    redis-server --bind 127.0.0.1 --port "$DP" --dir "$WORK" --save '' --appendonly no \
+    >"$WORK/redis-direct.log" 2>&1 &
+  RPID=$!
+  PIDS+=("$RPID")
+  for _ in $(seq 600); do [[ "$(redis-cli -p "$DP" ping 2>/dev/null)" == PONG ]] && break; sleep 0.1; done
+  redis-benchmark -p "$DP" -c 1 -n "$((KEYSPACE * 3))" -r "$KEYSPACE" -d "$DATA_SIZE" -t set -q >/dev/null
+  echo "instructions per request in redis-server (callgrind), the same loads sent to it directly, $(redis-server --version | awk '{print $3}')"
+  for t in $TESTS; do
+    [[ -z "$(read_cmd "$t")" ]] || continue
+    callgrind_control -z "$RPID" >/dev/null
+    redis-benchmark -p "$DP" -c "$CLIENTS" -P "$P" -n "$N" -r "$KEYSPACE" -d "$DATA_SIZE" -t "$t" -q >/dev/null
+    before=$(ls "$OUT" | wc -l)
+    callgrind_control -d "redis-$t" "$RPID" >/dev/null
+    for _ in $(seq 50); do (($(ls "$OUT" | wc -l) > before)) && break; sleep 0.1; done
+    f="$(ls -t "$OUT"/redis.callgrind.out.* | head -1)"
+    ir="$(awk '/^(summary|totals):/ {print $2; exit}' "$f")"
+    printf '%-5s %12s instructions: %6.0f per request (redis-server)\n' \
+      "$t" "$ir" "$(awk -v a="$ir" -v n="$N" 'BEGIN {print a / n}')"
+  done
+fi

@@ -16,8 +16,9 @@
 #        once through sidecache, so they read hits)  SIDECACHE_ARGS="" (extra flags, word-split; the
 #        metrics endpoint is on, on a free port, unless they set --metrics-listen)
 # Output, one line per run:
-#   direct  rps …  client X  redis Y  µs/request
-#   proxy   rps …  client X  sidecache Y  upstream Z  µs/request
+#   direct  rps …  client X  redis Y (kernel K)  µs/request
+#   proxy   rps …  client X  sidecache Y (kernel K)  upstream Z  µs/request
+# (K: the part of Y spent in the kernel: socket calls and wake-ups)
 # Only processes it started are stopped (by pid).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +41,8 @@ ready() {
   echo "bench/cpu.sh: nothing answers on port $1" >&2; exit 1
 }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Kernel-mode ticks only (socket calls, wake-ups): the rest of ticks is user space.
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 HZ="$(getconf CLK_TCK)"
 # run PORT -> "rps client_seconds"
 run() {
@@ -72,12 +75,12 @@ for round in $(seq "$ROUNDS"); do
     awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' |
       redis-cli -p "$SP" --pipe >/dev/null
   fi
-  d0=$(ticks "$dp")
+  d0=$(ticks "$dp"); ds0=$(sys_ticks "$dp")
   read -r rps cpu < <(run "$DP")
-  d1=$(ticks "$dp")
-  echo "round $round direct  rps $rps  client $(us "$cpu")  redis $(us "($d1 - $d0) / $HZ")  µs/request"
+  d1=$(ticks "$dp"); ds1=$(sys_ticks "$dp")
+  echo "round $round direct  rps $rps  client $(us "$cpu")  redis $(us "($d1 - $d0) / $HZ") (kernel $(us "($ds1 - $ds0) / $HZ"))  µs/request"
   sleep 0.5
-  s0=$(ticks "$sp"); u0=$(ticks "$up")
+  s0=$(ticks "$sp"); u0=$(ticks "$up"); ss0=$(sys_ticks "$sp")
   read -r rps cpu < <(run "$SP")
   # The write-behind queue drains before the upstream's share is read.
   for _ in $(seq 200); do
@@ -85,8 +88,8 @@ for round in $(seq "$ROUNDS"); do
     [[ "$depth" == 0 ]] && break
     sleep 0.05
   done
-  s1=$(ticks "$sp"); u1=$(ticks "$up")
-  echo "round $round proxy   rps $rps  client $(us "$cpu")  sidecache $(us "($s1 - $s0) / $HZ")  upstream $(us "($u1 - $u0) / $HZ")  µs/request"
+  s1=$(ticks "$sp"); u1=$(ticks "$up"); ss1=$(sys_ticks "$sp")
+  echo "round $round proxy   rps $rps  client $(us "$cpu")  sidecache $(us "($s1 - $s0) / $HZ") (kernel $(us "($ss1 - $ss0) / $HZ"))  upstream $(us "($u1 - $u0) / $HZ")  µs/request"
   kill "$sp" "$dp" "$up" 2>/dev/null || true
   wait "$sp" "$dp" "$up" 2>/dev/null || true
   PIDS=()
