@@ -130,11 +130,12 @@ pub async fn serve<S>(
         // buffer: a client that looks for them once it has a reply (as
         // redis-py's client-side cache does before serving its next read)
         // finds them, never a reply without the invalidation it caused.
-        let mut weight = 0;
+        // A lost subscription link still gets the batch's replies out first.
+        let (mut weight, mut lost) = (0, false);
         if client.subs.is_some() {
             match client.take_ready() {
                 Some(w) => weight = w,
-                None => break,
+                None => lost = true,
             }
         }
         let failed = client.write_watched(&mut stream).await.is_err();
@@ -144,7 +145,7 @@ pub async fn serve<S>(
                 client.delivered(weight);
             }
         }
-        if failed || close {
+        if failed || close || lost {
             break;
         }
         if rbuf.len() > query_limit {
