@@ -634,3 +634,13 @@ pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} missing in /proc/{pid}/status"))
         * 1024
 }
+
+/// Sends one command on a blocking std socket and returns what one read
+/// brings back (for tests that must see how replies are split into writes).
+pub fn one_std(s: &mut std::net::TcpStream, line: &str) -> String {
+    use std::io::{Read, Write};
+    s.write_all(enc(line).as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}

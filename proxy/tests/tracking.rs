@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{enc, raw_on, Cluster, Proxy, RedisServer};
+use support::{enc, one_std, raw_on, Cluster, Proxy, RedisServer};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
@@ -230,14 +230,6 @@ fn at_reply(s: &mut std::net::TcpStream, line: &str) -> String {
         }
     }
     s.set_nonblocking(false).unwrap();
-    String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-fn one_std(s: &mut std::net::TcpStream, line: &str) -> String {
-    use std::io::{Read, Write};
-    s.write_all(enc(line).as_bytes()).unwrap();
-    let mut buf = [0u8; 4096];
-    let n = s.read(&mut buf).unwrap();
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 

@@ -70,12 +70,12 @@ impl Client {
             return;
         }
         self.caching_used = true;
-        let tracks = if in_tx && self.tx_caching.is_some() {
-            self.st.tracking.tracks_reads_with(self.tx_caching)
+        let caching = if in_tx {
+            self.tx_caching.or(self.st.tracking.caching)
         } else {
-            self.st.tracking.tracks_reads()
+            self.st.tracking.caching
         };
-        if !tracks {
+        if !self.st.tracking.tracks_reads_with(caching) {
             return;
         }
         let shared = std::sync::Arc::clone(&self.shared);
