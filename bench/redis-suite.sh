@@ -43,7 +43,10 @@
 # Environment: SIDECACHE (binary; default target/release/sidecache, else
 # target/debug/sidecache), SIDECACHE_ARGS (extra proxy flags),
 # SUITE_ARGS (extra test_helper.tcl flags, e.g. "--tags -needs:repl"),
-# SUITE_TIMEOUT (seconds per harness run, default 900), KEEP=1 keeps the
+# SUITE_TIMEOUT (seconds per harness run, default 900), TEST_TIMEOUT
+# (seconds the harness waits on one test, default 60: a test still waiting
+# then is counted as failed, "timeout", and skipped on a rerun, as for an
+# exception), KEEP=1 keeps the
 # work directory (logs: <unit>.<mode>.<attempt>.log).
 #
 # Needs: tclsh 8.6, redis-server, redis-cli, git (for the mirror).
@@ -147,7 +150,14 @@ start_sidecache() { # upstream port, dir -> sets SPORT, SPID
     wait_ping "$SPORT" || { echo "sidecache on $SPORT did not start" >&2; cat "$2/sidecache.log" >&2; exit 1; }
 }
 
-stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+# SIGTERM, then SIGKILL after 5 s: a test may leave a server that does
+# not shut down (a timed-out one, mid-command).
+stop() {
+    kill "$1" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
 
 # run_unit UNIT MODE -> writes $work/<tag>.<mode>.{ok,err}
 run_unit() {
@@ -170,7 +180,7 @@ run_unit() {
         # shellcheck disable=SC2086
         (cd "$suite" && "${repl[@]}" timeout "${SUITE_TIMEOUT:-900}" tclsh tests/test_helper.tcl \
             --host 127.0.0.1 --port "$port" --single "$unit" --clients 1 \
-            --timeout "${SUITE_TIMEOUT:-900}" ${SUITE_ARGS:-} "${skipargs[@]}") \
+            --timeout "${TEST_TIMEOUT:-60}" ${SUITE_ARGS:-} "${skipargs[@]}") \
             2>&1 | sed 's/\x1b\[[0-9;]*m//g' >"$log"
         # SIGKILL: a sidecache would otherwise spend --shutdown-timeout
         # draining writes to a server a test left broken.
@@ -203,6 +213,22 @@ run_unit() {
             done < <(sed -n 's/^\[err\]: \(.*\) in tests\/.*$/\1/p' "$log")
             continue
         fi
+        if grep -q '^\[TIMEOUT\]' "$log"; then
+            # A test that waited past TEST_TIMEOUT for a reply that never
+            # came: the harness names it "(IN PROGRESS)"; skipped on the
+            # rerun, counted as failed.
+            local name
+            name=$(sed -n 's/^.* => (IN PROGRESS) \(.*\)$/\1/p' "$log" | head -1)
+            if [ -z "$name" ] || [ $attempt -ge 40 ]; then
+                echo "  $unit ($mode): timeout outside a test, unit not completed; see $log" >&2
+                echo "(timeout outside a test; unit not completed)" >>"$work/$tag.$mode.err"
+                KEEP=1
+                return
+            fi
+            echo "$name (timeout: no reply in ${TEST_TIMEOUT:-60} s)" >>"$work/$tag.$mode.exc"
+            skips+=("$name")
+            continue
+        fi
         if ! grep -q 'All tests passed\|\[[0-9]*/[0-9]* done\]' "$log" && ! grep -q '^\[err\]' "$log"; then
             echo "  $unit ($mode): the harness did not finish (timeout?); see $log" >&2
             KEEP=1
@@ -212,7 +238,7 @@ run_unit() {
 }
 
 # Test names of an .err file, without the exception note.
-names() { sed 's/ (exception: .*)$//' "$1" | sort -u; }
+names() { sed 's/ (\(exception\|timeout\): .*)$//' "$1" | sort -u; }
 
 status=0
 for unit in "${UNITS[@]}"; do
