@@ -102,5 +102,9 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         .set_coherence_listener(Arc::new(server::state::FollowInvalidations(
             Arc::downgrade(&shared),
         )));
+    tokio::spawn(pubsub::tracking::Tracked::report_expiries(
+        Arc::downgrade(&shared),
+        |s: &Shared| &s.tracked,
+    ));
     Ok(shared)
 }

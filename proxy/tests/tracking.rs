@@ -133,6 +133,15 @@ async fn scenario(addr: &str, writer: &str) -> Vec<String> {
     one(&mut w, "SET user:1 x").await;
     one(&mut w, "SET other x").await;
     seen.push(arrived(&mut bc, WAIT).await);
+    // Writes by another client of the same server: one message per write
+    // (an MSET's keys in one, in byte order; through sidecache, not again
+    // when Redis reports the followed user:1 back), and one when a key's
+    // time to live runs out.
+    let mut m = TcpStream::connect(addr).await.unwrap();
+    one(&mut m, "MSET user:2 a user:1 b").await;
+    seen.push(arrived(&mut bc, WAIT).await);
+    one(&mut m, "SET user:3 v PX 100").await;
+    seen.push(arrived(&mut bc, Duration::from_millis(900)).await);
 
     // REDIRECT to a RESP2 subscriber; FLUSHALL is one message with no keys.
     let mut r = TcpStream::connect(addr).await.unwrap();

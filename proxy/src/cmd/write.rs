@@ -73,6 +73,47 @@ pub fn plan(name: &str, args: &[Bytes], now_ms: i64) -> Option<WritePlan> {
     }
 }
 
+/// When the key of a write that gives it a time to live (`args[1]`) is
+/// due to expire, in Unix milliseconds: SET with EX/PX/EXAT/PXAT (NX, XX
+/// and GET alike), SETEX, PSETEX, GETEX, EXPIRE, PEXPIRE, EXPIREAT and
+/// PEXPIREAT (`name` lower-cased). `None` for any other write, for a time
+/// already past (the write deletes the key), and for what Redis would
+/// refuse.
+pub fn expires_at(name: &str, args: &[Bytes], now_ms: i64) -> Option<i64> {
+    let at = |unit: &[u8], n: &Bytes| -> Option<i64> {
+        let n = parse_i64(n)?;
+        let at = if unit.eq_ignore_ascii_case(b"ex") {
+            now_ms.checked_add(seconds_to_ms(n)?)?
+        } else if unit.eq_ignore_ascii_case(b"px") {
+            now_ms.checked_add(n)?
+        } else if unit.eq_ignore_ascii_case(b"exat") {
+            seconds_to_ms(n)?
+        } else if unit.eq_ignore_ascii_case(b"pxat") {
+            n
+        } else {
+            return None;
+        };
+        (n > 0 && at > now_ms).then_some(at)
+    };
+    let from = |opts: &[Bytes]| opts.windows(2).find_map(|w| at(&w[0], &w[1]));
+    match name {
+        "set" if args.len() >= 5 => from(&args[3..]),
+        "getex" if args.len() >= 4 => from(&args[2..]),
+        "setex" if args.len() == 4 => at(b"ex", &args[2]),
+        "psetex" if args.len() == 4 => at(b"px", &args[2]),
+        "expire" | "pexpire" | "expireat" | "pexpireat" if args.len() >= 3 => {
+            let unit: &[u8] = match name {
+                "expire" => b"ex",
+                "pexpire" => b"px",
+                "expireat" => b"exat",
+                _ => b"pxat",
+            };
+            at(unit, &args[2])
+        }
+        _ => None,
+    }
+}
+
 fn seconds_to_ms(n: i64) -> Option<i64> {
     if n > i64::MAX / 1000 {
         return None;
@@ -392,5 +433,45 @@ mod tests {
             &encoded(b"*4\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nkeepttl\r\n")[..],
             b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$7\r\nKEEPTTL\r\n"
         );
+    }
+
+    #[test]
+    fn expiry_of_writes_with_a_time_to_live() {
+        let a = |line: &str| -> Vec<Bytes> {
+            line.split(' ')
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
+        let now = 1_000_000;
+        assert_eq!(expires_at("set", &a("SET k v px 1"), now), Some(now + 1));
+        assert_eq!(
+            expires_at("set", &a("SET k v NX EX 2 GET"), now),
+            Some(now + 2000)
+        );
+        assert_eq!(
+            expires_at("set", &a("SET k v PXAT 1000500"), now),
+            Some(1_000_500)
+        );
+        assert_eq!(expires_at("set", &a("SET k v EXAT 999"), now), None);
+        assert_eq!(expires_at("set", &a("SET k v"), now), None);
+        assert_eq!(expires_at("set", &a("SET k v KEEPTTL"), now), None);
+        assert_eq!(
+            expires_at("setex", &a("SETEX k 3 v"), now),
+            Some(now + 3000)
+        );
+        assert_eq!(expires_at("psetex", &a("PSETEX k 0 v"), now), None);
+        assert_eq!(expires_at("getex", &a("GETEX k PX 5"), now), Some(now + 5));
+        assert_eq!(expires_at("getex", &a("GETEX k PERSIST"), now), None);
+        assert_eq!(
+            expires_at("expire", &a("EXPIRE k 10 NX"), now),
+            Some(now + 10_000)
+        );
+        assert_eq!(expires_at("pexpire", &a("PEXPIRE k -1"), now), None);
+        assert_eq!(
+            expires_at("pexpireat", &a("PEXPIREAT k 2000000"), now),
+            Some(2_000_000)
+        );
+        assert_eq!(expires_at("expire", &a("EXPIRE k x"), now), None);
+        assert_eq!(expires_at("incr", &a("INCR k"), now), None);
     }
 }

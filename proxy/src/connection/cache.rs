@@ -341,6 +341,9 @@ impl Client {
                         for k in &keys {
                             self.observe_write(k);
                         }
+                        if self.shared.tracked.active() {
+                            self.report_expiry(info, args);
+                        }
                         Inval::Keys(keys)
                     }
                     // Wrong arity: upstream will refuse it; nothing changes.
@@ -352,6 +355,21 @@ impl Client {
         };
         self.apply_l1(&inval);
         Some(inval)
+    }
+
+    /// A forwarded write that gives its key a time to live: its tracking
+    /// clients hear of the expiry when it falls due
+    /// ([`crate::pubsub::tracking::Tracked::expire_at`]).
+    fn report_expiry(&self, info: &CommandInfo, args: &[Bytes]) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        if let Some(at) = crate::cmd::write::expires_at(&info.name, args, now) {
+            let left = std::time::Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
+            self.shared
+                .tracked
+                .expire_at(&args[1], std::time::Instant::now() + left);
+        }
     }
 
     /// Drops what `inval` names from the L1, before the write is sent;

@@ -120,6 +120,11 @@ impl Client {
             return;
         }
         let mut reads = std::mem::take(&mut self.tracked_reads);
+        if self.st.tracking.bcast && !reads.is_empty() {
+            // Answered: what it was told of while they were in flight may
+            // be cached from them now (`Tracked::invalidate_learned`).
+            self.shared.tracked.touch(self.st.id);
+        }
         let fill_reads = std::mem::take(&mut self.fill_reads);
         let mut lost: Vec<Bytes> = reads
             .drain(..)

@@ -323,6 +323,9 @@ impl Client {
                     self.shared
                         .tracked
                         .invalidate(std::slice::from_ref(&args[k]), Some(self.st.id));
+                    if let Expiry::At(_) = plan.expiry {
+                        self.shared.tracked.expire_at(&args[k], deadline);
+                    }
                 }
             }
         }

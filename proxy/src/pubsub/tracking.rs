@@ -37,9 +37,11 @@
 //! from upstream, before any reply that follows them is written, and a
 //! "flush everything" message is sent after the keys held before it.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -48,6 +50,11 @@ use super::{Delivery, Outbox};
 
 /// The keys of one invalidation message.
 pub type Keys = SmallVec<[Bytes; 1]>;
+
+/// Keys a BCAST client was told of by sidecache itself and has not read
+/// since, kept at most per client (past it, the set is emptied: echoes are
+/// then sent again, never a message withheld that a read made needed).
+const MAX_TOLD: usize = 4096;
 
 /// Default bound of the tracking table (keys followed for default-mode
 /// clients), as Redis's `tracking-table-max-keys`.
@@ -93,6 +100,14 @@ struct Inner {
     /// BCAST clients' changed keys not sent yet: (the writing client or
     /// 0, client, prefix, key).
     held: Vec<(u64, u64, usize, Bytes)>,
+    /// Per BCAST client, the keys of writes made through sidecache it was
+    /// told of (or, NOLOOP, made itself) and has not read since: Redis's
+    /// later invalidation of such a key is the echo of that write, not
+    /// news (see [`Tracked::invalidate_learned`]).
+    told: HashMap<u64, HashSet<Bytes>>,
+    /// Keys written through sidecache with a time to live that a tracking
+    /// client follows, by when they expire (see [`Tracked::expire_at`]).
+    expiring: BinaryHeap<Reverse<(Instant, Bytes)>>,
 }
 
 /// The tracking table.
@@ -106,6 +121,8 @@ pub struct Tracked {
     messages: AtomicU64,
     /// `Inner::held` is not empty.
     holding: AtomicBool,
+    /// Wakes [`Tracked::report_expiries`] for an earlier expiry.
+    expiry_wake: Arc<tokio::sync::Notify>,
 }
 
 impl Default for Tracked {
@@ -123,6 +140,7 @@ impl Tracked {
             max_keys: max_keys.max(1),
             messages: AtomicU64::new(0),
             holding: AtomicBool::new(false),
+            expiry_wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -155,6 +173,7 @@ impl Tracked {
     pub fn remove(&self, id: u64) {
         let mut g = self.lock();
         g.outboxes.remove(&id);
+        g.told.remove(&id);
         if g.clients.remove(&id).is_some() {
             self.active.fetch_sub(1, Ordering::AcqRel);
         }
@@ -179,11 +198,14 @@ impl Tracked {
         }
     }
 
-    /// Client `id` (BCAST) read something: a flush is news to it again.
+    /// Client `id` (BCAST) read something, or a batch of its reads was
+    /// answered: a flush, and every change, is news to it again.
     pub fn touch(&self, id: u64) {
-        if let Some(s) = self.lock().clients.get_mut(&id) {
+        let mut g = self.lock();
+        if let Some(s) = g.clients.get_mut(&id) {
             s.quiet = false;
         }
+        g.told.remove(&id);
     }
 
     /// Client `id` (default mode) read `key`: its next change is sent.
@@ -209,10 +231,27 @@ impl Tracked {
         }
     }
 
-    /// `keys` changed (`origin`: the client whose write it was). Their
-    /// default-mode readers are told now; BCAST clients when
-    /// [`Tracked::release`] runs.
+    /// `keys` changed by a write made through sidecache (`origin`: the
+    /// client whose write it was). Their default-mode readers are told
+    /// now; BCAST clients when [`Tracked::release`] runs.
     pub fn invalidate(&self, keys: &[Bytes], origin: Option<u64>) {
+        self.invalidate_with(keys, origin, false);
+    }
+
+    /// `keys` changed, as Redis reported (its invalidation channel). A
+    /// write made through sidecache comes back this way too when its key
+    /// was followed upstream; a BCAST client already told of it (or that
+    /// made it, NOLOOP) and that has read nothing since is not told again,
+    /// as Redis sends one message per write. Withholding it never leaves
+    /// a stale value: since that message the client read nothing, so it
+    /// holds no value of the key (the set is emptied when a read is
+    /// dispatched and again when its batch is answered, so a read in
+    /// flight across the message makes the next change news again).
+    pub fn invalidate_learned(&self, keys: &[Bytes]) {
+        self.invalidate_with(keys, None, true);
+    }
+
+    fn invalidate_with(&self, keys: &[Bytes], origin: Option<u64>, learned: bool) {
         if !self.active() {
             return;
         }
@@ -234,10 +273,24 @@ impl Tracked {
                 self.messages.fetch_add(n, Ordering::Relaxed);
             }
             for (id, s) in &g.clients {
-                if !s.bcast || !wanted(*id, &g.clients) {
+                if !s.bcast {
                     continue;
                 }
-                if let Some(p) = s.prefix_of(key) {
+                let Some(p) = s.prefix_of(key) else {
+                    continue;
+                };
+                if learned {
+                    if g.told.get(id).is_some_and(|t| t.contains(key)) {
+                        continue;
+                    }
+                } else {
+                    let told = g.told.entry(*id).or_default();
+                    if told.len() >= MAX_TOLD {
+                        told.clear();
+                    }
+                    told.insert(key.clone());
+                }
+                if wanted(*id, &g.clients) {
                     g.held.push((origin.unwrap_or(0), *id, p, key.clone()));
                 }
             }
@@ -249,8 +302,8 @@ impl Tracked {
 
     /// Sends the BCAST clients' keys held for writes of client `origin`
     /// (its batch ended; 0: changes learned from upstream) and for writes
-    /// of no client: one message per client and prefix, keys in the order
-    /// they changed. A batch's keys are held under its client's id, so a
+    /// of no client: one message per client and prefix, each key once, in
+    /// byte order. A batch's keys are held under its client's id, so a
     /// release from elsewhere never splits them.
     #[inline]
     pub fn release(&self, origin: u64) {
@@ -279,7 +332,9 @@ impl Tracked {
         }
         self.messages
             .fetch_add(groups.len() as u64, Ordering::Relaxed);
-        for ((id, _), keys) in groups {
+        for ((id, _), mut keys) in groups {
+            // In byte order, as Redis sends them (its radix tree's).
+            keys.sort_unstable();
             deliver(g, id, Delivery::Invalidate(Some(keys)));
         }
     }
@@ -304,6 +359,81 @@ impl Tracked {
             if registered || bcast {
                 let n = send(&g, std::iter::once(id), key);
                 self.messages.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `key`, written through sidecache, expires in Redis at `at`. Redis
+    /// tells its tracking clients when it expires a key; sidecache hears
+    /// of it only for keys it follows upstream, which a written key is not
+    /// (see `sidecache_pool::coherence::tracking`), so it tells its own
+    /// clients at `at`: a BCAST client whose prefixes cover the key, or a
+    /// default-mode client that read it. At most `max_keys` are waiting;
+    /// past that none is added (the message is Redis's courtesy, not a
+    /// guard: a client that read the written value was told to drop it
+    /// right after, see `Client::end_tracked_reads`).
+    pub fn expire_at(&self, key: &Bytes, at: Instant) {
+        if !self.active() {
+            return;
+        }
+        let mut g = self.lock();
+        let followed = g.keys.contains_key(key)
+            || g.clients
+                .values()
+                .any(|s| s.bcast && s.prefix_of(key).is_some());
+        if !followed || g.expiring.len() >= self.max_keys {
+            return;
+        }
+        let sooner = g.expiring.peek().is_none_or(|Reverse((t, _))| at < *t);
+        g.expiring.push(Reverse((at, key.clone())));
+        if sooner {
+            self.expiry_wake.notify_one();
+        }
+    }
+
+    /// Tells the clients of every key due to expire by `now`; when the
+    /// next one is due.
+    fn expire_due(&self, now: Instant) -> Option<Instant> {
+        let mut due = Vec::new();
+        let next = {
+            let mut g = self.lock();
+            while let Some(Reverse((t, _))) = g.expiring.peek() {
+                if *t > now {
+                    break;
+                }
+                if let Some(Reverse((_, k))) = g.expiring.pop() {
+                    due.push(k);
+                }
+            }
+            g.expiring.peek().map(|Reverse((t, _))| *t)
+        };
+        if !due.is_empty() {
+            self.invalidate(&due, None);
+            self.release(0);
+        }
+        next
+    }
+
+    /// Sends the expiry messages [`Tracked::expire_at`] scheduled, as
+    /// they fall due, while `owner` lives (`get` finds the table in it).
+    pub async fn report_expiries<T: Send + Sync + 'static>(
+        owner: std::sync::Weak<T>,
+        get: fn(&T) -> &Tracked,
+    ) {
+        let Some(wake) = owner.upgrade().map(|o| Arc::clone(&get(&o).expiry_wake)) else {
+            return;
+        };
+        loop {
+            let next = match owner.upgrade() {
+                Some(o) => get(&o).expire_due(Instant::now()),
+                None => return,
+            };
+            // Wakes at least every second to notice that `owner` is gone.
+            let cap = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+            let until = next.map_or(cap, |t| tokio::time::Instant::from_std(t).min(cap));
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep_until(until) => {}
             }
         }
     }
@@ -480,7 +610,7 @@ mod tests {
         t.invalidate(&[b("a:1")], None);
         t.invalidate(&[b("b:2")], Some(2));
         t.release(2);
-        assert_eq!(drain(&mut r1), ["a:1 b:1 c:1 a:2 b:2"]);
+        assert_eq!(drain(&mut r1), ["a:1 a:2 b:1 b:2 c:1"]);
         assert_eq!(drain(&mut r2), ["a:1 a:2", "b:1"]);
         // Released once; a flush sends held keys before its own message.
         t.release(0);
@@ -489,6 +619,60 @@ mod tests {
         t.invalidate(&[b("z")], None);
         t.flush();
         assert_eq!(drain(&mut r1), ["z", "*"]);
+    }
+
+    #[test]
+    fn redis_echo_of_a_write_told_of_is_not_sent_again() {
+        let h = hub();
+        let t = Tracked::default();
+        let (o1, mut r1) = Outbox::new(&h);
+        let (o2, mut r2) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.add_outbox(2, &o2);
+        let bcast = Sink {
+            bcast: true,
+            ..Sink::default()
+        };
+        t.enable(1, bcast.clone());
+        t.enable(
+            2,
+            Sink {
+                noloop: true,
+                ..bcast
+            },
+        );
+        // Client 2 writes k (an MSET of k and j): 1 is told, 2 is not
+        // (NOLOOP); Redis's echo of it tells neither again.
+        t.invalidate(&[b("k"), b("j")], Some(2));
+        t.release(2);
+        assert_eq!(drain(&mut r1), ["j k"]);
+        t.invalidate_learned(&[b("k")]);
+        t.release(0);
+        assert!(drain(&mut r1).is_empty());
+        assert!(drain(&mut r2).is_empty());
+        // Another writer's change of a key not told of is news.
+        t.invalidate_learned(&[b("x")]);
+        t.release(0);
+        assert_eq!(drain(&mut r1), ["x"]);
+        assert_eq!(drain(&mut r2), ["x"]);
+        // Once client 1 read, a change of k is news to it again.
+        t.touch(1);
+        t.invalidate_learned(&[b("k"), b("j")]);
+        t.release(0);
+        assert_eq!(drain(&mut r1), ["j k"]);
+        assert!(drain(&mut r2).is_empty());
+        // Tracking turned off and on again keeps what it was told of.
+        t.disable(2);
+        t.enable(
+            2,
+            Sink {
+                bcast: true,
+                ..Sink::default()
+            },
+        );
+        t.invalidate_learned(&[b("k")]);
+        t.release(0);
+        assert!(drain(&mut r2).is_empty());
     }
 
     #[test]

@@ -332,7 +332,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
                 shared.flights.forget(db, k);
             });
         }
-        shared.tracked.invalidate(keys, None);
+        shared.tracked.invalidate_learned(keys);
         shared.tracked.release(0);
     }
 

@@ -140,7 +140,22 @@ pub fn tracking(
         r.error("ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then re-enabling it with a different mode.");
         return Change::None;
     }
+    // As Redis's checks: each given prefix against the client's current
+    // ones (BCAST without PREFIX is the empty prefix), then against the
+    // prefixes given after it.
+    let current: &[Bytes] = if t.on && t.bcast { &t.prefixes } else { &[] };
     for (j, p) in next.prefixes.iter().enumerate() {
+        if let Some(q) = current
+            .iter()
+            .find(|q| p.starts_with(q) || q.starts_with(p))
+        {
+            r.error(&format!(
+                "ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single client must not overlap.",
+                String::from_utf8_lossy(p),
+                String::from_utf8_lossy(q)
+            ));
+            return Change::None;
+        }
         for q in &next.prefixes[j + 1..] {
             if p.starts_with(q) || q.starts_with(p) {
                 r.error(&format!(
@@ -160,6 +175,11 @@ pub fn tracking(
                 return Change::None;
             }
         }
+    }
+    // BCAST without PREFIX follows every key: the empty prefix, as Redis
+    // keeps it (and shows it in CLIENT TRACKINGINFO).
+    if next.bcast && next.prefixes.is_empty() {
+        next.prefixes.push(Bytes::new());
     }
     // Turning it on again keeps the prefixes already given (Redis adds
     // the new ones).
@@ -247,8 +267,11 @@ pub fn trackinginfo(t: &Tracking, redirect_gone: bool, r: &mut Reply<'_>) {
     r.bulk(b"redirect");
     r.int(if t.on { t.redirect as i64 } else { -1 });
     r.bulk(b"prefixes");
-    r.array(t.prefixes.len());
-    for p in &t.prefixes {
+    // In byte order, as Redis lists them (its radix tree's).
+    let mut prefixes: Vec<&Bytes> = t.prefixes.iter().collect();
+    prefixes.sort_unstable();
+    r.array(prefixes.len());
+    for p in prefixes {
         r.bulk(p);
     }
 }
@@ -308,6 +331,15 @@ mod tests {
             ("CLIENT TRACKING ON REDIRECT 0", "-ERR The client ID you want redirect to does not exist\r\n"),
             ("CLIENT TRACKING ON REDIRECT", "-ERR syntax error\r\n"),
             ("CLIENT TRACKING ON REDIRECT 7 NOLOOP", "+OK\r\n"),
+            ("CLIENT TRACKING OFF", "+OK\r\n"),
+            ("CLIENT TRACKING ON BCAST PREFIX FOO PREFIX BAR", "+OK\r\n"),
+            ("CLIENT TRACKING ON BCAST PREFIX FO", "-ERR Prefix 'FO' overlaps with an existing prefix 'FOO'. Prefixes for a single client must not overlap.\r\n"),
+            ("CLIENT TRACKING ON BCAST PREFIX BARB PREFIX Z", "-ERR Prefix 'BARB' overlaps with an existing prefix 'BAR'. Prefixes for a single client must not overlap.\r\n"),
+            ("CLIENT TRACKING OFF", "+OK\r\n"),
+            ("CLIENT TRACKING ON BCAST", "+OK\r\n"),
+            ("CLIENT TRACKING ON BCAST PREFIX x", "-ERR Prefix 'x' overlaps with an existing prefix ''. Prefixes for a single client must not overlap.\r\n"),
+            ("CLIENT TRACKING OFF", "+OK\r\n"),
+            ("CLIENT TRACKING ON REDIRECT 7 NOLOOP", "+OK\r\n"),
         ];
         for (line, want) in cases {
             assert_eq!(run(&mut t, line), want, "{line}");
@@ -332,6 +364,13 @@ mod tests {
             show(&t),
             "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n:-1\r\n"
         );
+        // BCAST: its prefixes in byte order; none is the empty one.
+        run(&mut t, "CLIENT TRACKING ON BCAST PREFIX FOO PREFIX BAR");
+        assert!(show(&t).ends_with("$8\r\nprefixes\r\n*2\r\n$3\r\nBAR\r\n$3\r\nFOO\r\n:0\r\n"));
+        run(&mut t, "CLIENT TRACKING OFF");
+        run(&mut t, "CLIENT TRACKING ON BCAST");
+        assert!(show(&t).ends_with("$8\r\nprefixes\r\n*1\r\n$0\r\n\r\n:0\r\n"));
+        run(&mut t, "CLIENT TRACKING OFF");
         run(&mut t, "CLIENT TRACKING ON OPTIN");
         run(&mut t, "CLIENT CACHING YES");
         assert_eq!(
