@@ -98,6 +98,18 @@ async fn scenario(addr: &str, writer: &str) -> Vec<String> {
     one(&mut w, "SET c 6").await;
     seen.push(arrived(&mut n, WAIT).await);
 
+    // A value it wrote itself, read back at once: no message until
+    // another writer changes it (through sidecache the read goes to Redis,
+    // which then follows the key, rather than to the written value).
+    let mut own = TcpStream::connect(addr).await.unwrap();
+    one(&mut own, "HELLO 3").await;
+    seen.push(one(&mut own, "CLIENT TRACKING ON").await);
+    seen.push(one(&mut own, "SET mine 1").await);
+    seen.push(one(&mut own, "GET mine").await);
+    seen.push(arrived(&mut own, WAIT).await);
+    one(&mut w, "SET mine 2").await;
+    seen.push(arrived(&mut own, WAIT).await);
+
     // OPTIN: only after CLIENT CACHING YES.
     let mut o = TcpStream::connect(addr).await.unwrap();
     one(&mut o, "HELLO 3").await;

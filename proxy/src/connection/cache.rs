@@ -159,12 +159,15 @@ impl Client {
         let key = &req.args[1];
         let db = self.st.db;
         let now = self.now();
-        let lookup = self.shared.l1.get_at(db, key, now);
+        let mut lookup = self.shared.l1.get_at(db, key, now);
         self.observe(db, key, &lookup);
         if let Lookup::Hit(v) = lookup {
-            self.out_known += v.as_ref().map_or(0, |b| b.len());
-            self.pending.push(Pending::Value(v));
-            return;
+            if !(self.st.tracking.on && self.written_hit(db, key)) {
+                self.out_known += v.as_ref().map_or(0, |b| b.len());
+                self.pending.push(Pending::Value(v));
+                return;
+            }
+            lookup = Lookup::Miss;
         }
         let (node, slot) = match self.route_key(key) {
             Ok(r) => r,
@@ -199,6 +202,18 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// A tracking client's hit is on a value this sidecache wrote, which
+    /// Redis does not follow for it under optin (see
+    /// `sidecache_pool::coherence::tracking`): the read goes to a fill
+    /// lane instead (after the queued writes, so it reads the same value),
+    /// which registers the key with Redis. The client may then keep the
+    /// value until the key changes, as on Redis, rather than be told to
+    /// drop it right after the reply (`Client::end_tracked_reads`).
+    #[cold]
+    fn written_hit(&self, db: u16, key: &[u8]) -> bool {
+        self.optin && !self.shared.l1.followed(db, key, false)
     }
 
     /// Hot keys and prefix figures of one L1 lookup: one countdown when
@@ -268,12 +283,15 @@ impl Client {
         let mut items = Vec::with_capacity(req.args.len() - 1);
         let now = self.now();
         for key in &req.args[1..] {
-            let lookup = self.shared.l1.get_at(db, key, now);
+            let mut lookup = self.shared.l1.get_at(db, key, now);
             self.observe(db, key, &lookup);
             if let Lookup::Hit(v) = lookup {
-                self.out_known += v.as_ref().map_or(0, |b| b.len());
-                items.push(MgetItem::Hit(v));
-                continue;
+                if !(self.st.tracking.on && self.written_hit(db, key)) {
+                    self.out_known += v.as_ref().map_or(0, |b| b.len());
+                    items.push(MgetItem::Hit(v));
+                    continue;
+                }
+                lookup = Lookup::Miss;
             }
             let (node, slot) = match self.route_key(key) {
                 Ok(r) => r,
@@ -384,6 +402,9 @@ impl Client {
             Inval::Keys(keys) => {
                 for k in keys {
                     self.shared.drop_cached(self.st.db, k);
+                }
+                if self.shared.tracked.active() {
+                    self.shared.tracked.writing(keys, self.st.id);
                 }
             }
             Inval::All => {

@@ -158,6 +158,24 @@ impl Tracked {
         )
     }
 
+    /// As Redis's INFO `tracking_total_items` (key and reader pairs of
+    /// default-mode clients) and `tracking_total_prefixes` (distinct BCAST
+    /// prefixes; BCAST without PREFIX is the empty one).
+    pub fn totals(&self) -> (usize, usize) {
+        let g = self.lock();
+        let items = g.keys.values().map(|ids| ids.len()).sum();
+        let mut prefixes: Vec<&[u8]> = Vec::new();
+        for s in g.clients.values().filter(|s| s.bcast) {
+            if s.prefixes.is_empty() {
+                prefixes.push(b"");
+            }
+            prefixes.extend(s.prefixes.iter().map(|p| &p[..]));
+        }
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        (items, prefixes.len())
+    }
+
     /// Whether any client tracks.
     #[inline]
     pub fn active(&self) -> bool {
@@ -236,6 +254,48 @@ impl Tracked {
     /// now; BCAST clients when [`Tracked::release`] runs.
     pub fn invalidate(&self, keys: &[Bytes], origin: Option<u64>) {
         self.invalidate_with(keys, origin, false);
+    }
+
+    /// Client `origin` sent a write of `keys` to Redis; its
+    /// acknowledgement calls [`Tracked::invalidate`]. Redis may report the
+    /// change back (when sidecache follows a key) before that reply is
+    /// read, so what the acknowledgement would settle is settled now:
+    /// a NOLOOP `origin` stops following the keys (it hears nothing of its
+    /// own write, and Redis's registration ends with it), and BCAST
+    /// clients count them as told (the acknowledgement's message tells
+    /// them). A change by another writer that Redis reports meanwhile is
+    /// then told only by that message, at most the write's round trip
+    /// later.
+    pub fn writing(&self, keys: &[Bytes], origin: u64) {
+        if !self.active() {
+            return;
+        }
+        let mut g = self.lock();
+        let g = &mut *g;
+        if g.clients.get(&origin).is_some_and(|s| s.noloop && !s.bcast) {
+            for key in keys {
+                if let Some(ids) = g.keys.get_mut(key) {
+                    ids.retain(|i| *i != origin);
+                    if ids.is_empty() {
+                        g.keys.remove(key);
+                    }
+                }
+            }
+        }
+        for (id, s) in &g.clients {
+            if !s.bcast {
+                continue;
+            }
+            for key in keys {
+                if s.prefix_of(key).is_some() {
+                    let told = g.told.entry(*id).or_default();
+                    if told.len() >= MAX_TOLD {
+                        told.clear();
+                    }
+                    told.insert(key.clone());
+                }
+            }
+        }
     }
 
     /// `keys` changed, as Redis reported (its invalidation channel). A
@@ -577,6 +637,9 @@ mod tests {
         t.invalidate(&[b("k")], Some(1));
         assert!(drain(&mut r1).is_empty());
         assert_eq!(t.figures(), (2, 0, 3));
+        t.register(1, &b("k"));
+        t.register(1, &b("k"));
+        assert_eq!(t.totals(), (1, 1));
     }
 
     #[test]
@@ -673,6 +736,48 @@ mod tests {
         t.invalidate_learned(&[b("k")]);
         t.release(0);
         assert!(drain(&mut r2).is_empty());
+    }
+
+    #[test]
+    fn redis_report_of_a_forwarded_write_before_its_reply_is_no_news() {
+        let h = hub();
+        let t = Tracked::default();
+        let (o1, mut r1) = Outbox::new(&h);
+        let (o2, mut r2) = Outbox::new(&h);
+        t.add_outbox(1, &o1);
+        t.add_outbox(2, &o2);
+        t.enable(
+            1,
+            Sink {
+                noloop: true,
+                ..Sink::default()
+            },
+        );
+        t.enable(
+            2,
+            Sink {
+                bcast: true,
+                ..Sink::default()
+            },
+        );
+        t.register(1, &b("k"));
+        // Client 1 (NOLOOP) sends a write of k; Redis reports it before
+        // the reply is read: neither client hears of it from Redis.
+        t.writing(&[b("k")], 1);
+        t.invalidate_learned(&[b("k")]);
+        t.release(0);
+        assert!(drain(&mut r1).is_empty());
+        assert!(drain(&mut r2).is_empty());
+        // The reply: the BCAST client is told, once.
+        t.invalidate(&[b("k")], Some(1));
+        t.release(1);
+        assert!(drain(&mut r1).is_empty());
+        assert_eq!(drain(&mut r2), ["k"]);
+        // A client that does not track: nothing changes for the others.
+        t.register(1, &b("j"));
+        t.writing(&[b("j")], 9);
+        t.invalidate_learned(&[b("j")]);
+        assert_eq!(drain(&mut r1), ["j"]);
     }
 
     #[test]
