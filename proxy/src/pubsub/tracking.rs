@@ -26,7 +26,22 @@
 //! client gets an invalidation of it right after the reply
 //! (`Client::end_tracked_reads`): it may use the value once, never cache it
 //! past a change. The messages a client's own writes cause leave in the
-//! same socket write as that batch's replies.
+//! same socket write as that batch's replies. A tracking client's GET of
+//! a value this sidecache wrote (not followed under optin) is read on a
+//! fill lane instead of from the L1, after the queued writes, so the key
+//! becomes followed and no such message is needed.
+//!
+//! # One message per change, as Redis
+//! A write made through sidecache is told at its acknowledgement; when
+//! the L1 followed the key, Redis reports the same write back on the
+//! invalidation channel. A BCAST client told of a key (or whose own NOLOOP
+//! write it was) and that has read nothing since is not told again
+//! ([`Tracked::invalidate_learned`]): it holds no value of the key, so the
+//! message could only repeat itself. Its record is cleared when a read is
+//! dispatched and again when the batch holding it is answered, so a value
+//! read across the message is never left without a later one. Keys
+//! written with a time to live are reported when they fall due
+//! ([`Tracked::expire_at`]), as Redis reports an expiry.
 //!
 //! # Message shapes, as Redis's
 //! A default-mode client gets one message per key, at once. A BCAST
