@@ -445,8 +445,9 @@ impl Tracked {
     /// clients at `at`: a BCAST client whose prefixes cover the key, or a
     /// default-mode client that read it. At most `max_keys` are waiting;
     /// past that none is added (the message is Redis's courtesy, not a
-    /// guard: a client that read the written value was told to drop it
-    /// right after, see `Client::end_tracked_reads`).
+    /// guard: a client that read the key since made sidecache follow it,
+    /// so Redis reports its expiry, or was told to drop it right after
+    /// its reply, see `Client::end_tracked_reads`).
     pub fn expire_at(&self, key: &Bytes, at: Instant) {
         if !self.active() {
             return;
