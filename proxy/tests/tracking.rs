@@ -154,6 +154,19 @@ async fn scenario(addr: &str, writer: &str) -> Vec<String> {
     seen.push(arrived(&mut bc, WAIT).await);
     one(&mut m, "SET user:3 v PX 100").await;
     seen.push(arrived(&mut bc, Duration::from_millis(900)).await);
+    // A transaction over several round trips (a held connection), NOLOOP:
+    // its own writes tell it nothing, its read inside MULTI is answered
+    // with EXEC, and the key its write gave 1 ms to live expires once, in
+    // one message after EXEC's reply (Redis runs the SET at EXEC, not when
+    // it is queued).
+    let mut tx = TcpStream::connect(addr).await.unwrap();
+    one(&mut tx, "HELLO 3").await;
+    seen.push(one(&mut tx, "CLIENT TRACKING ON BCAST PREFIX tx: NOLOOP").await);
+    one(&mut tx, "MULTI").await;
+    one(&mut tx, "SET tx:k v PX 1").await;
+    one(&mut tx, "SET tx:other v").await;
+    one(&mut tx, "GET tx:k").await;
+    seen.push(one(&mut tx, "EXEC").await + &arrived(&mut tx, Duration::from_millis(900)).await);
 
     // REDIRECT to a RESP2 subscriber; FLUSHALL is one message with no keys.
     let mut r = TcpStream::connect(addr).await.unwrap();

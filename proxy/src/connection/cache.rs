@@ -377,16 +377,30 @@ impl Client {
 
     /// A forwarded write that gives its key a time to live: its tracking
     /// clients hear of the expiry when it falls due
-    /// ([`crate::pubsub::tracking::Tracked::expire_at`]).
-    fn report_expiry(&self, info: &CommandInfo, args: &[Bytes]) {
+    /// ([`crate::pubsub::tracking::Tracked::expire_at`]). Queued inside
+    /// MULTI, it runs at EXEC, and so does its clock
+    /// ([`Client::start_tx_expiries`]).
+    fn report_expiry(&mut self, info: &CommandInfo, args: &[Bytes]) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         if let Some(at) = crate::cmd::write::expires_at(&info.name, args, now) {
             let left = std::time::Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
-            self.shared
-                .tracked
-                .expire_at(&args[1], std::time::Instant::now() + left);
+            match self.tx.as_mut() {
+                Some(tx) => tx.expiries.push((args[1].clone(), left)),
+                None => self
+                    .shared
+                    .tracked
+                    .expire_at(&args[1], std::time::Instant::now() + left),
+            }
+        }
+    }
+
+    /// EXEC is sent: the expiries its writes set start now.
+    pub(super) fn start_tx_expiries(&self, expiries: &[(Bytes, std::time::Duration)]) {
+        let now = std::time::Instant::now();
+        for (key, left) in expiries {
+            self.shared.tracked.expire_at(key, now + *left);
         }
     }
 

@@ -105,6 +105,31 @@ impl Client {
         }
     }
 
+    /// EXEC is sent: the transaction's reads run now, not when they were
+    /// queued, so they are registered again (a change told of meanwhile
+    /// took a default-mode registration, and reached the client before
+    /// EXEC's reply), BCAST records start again, and whether sidecache
+    /// follows each key is decided anew (what it followed at queue time
+    /// it may have stopped following since).
+    pub(super) fn renew_tracked_reads(&mut self) {
+        if self.tracked_reads.is_empty() {
+            return;
+        }
+        let shared = std::sync::Arc::clone(&self.shared);
+        let id = self.st.id;
+        if self.st.tracking.bcast {
+            shared.tracked.touch(id);
+        }
+        let mut reads = std::mem::take(&mut self.tracked_reads);
+        for (db, key, followed) in &mut reads {
+            if !self.st.tracking.bcast {
+                shared.tracked.register(id, key);
+            }
+            *followed = self.follows(*db, key);
+        }
+        self.tracked_reads = reads;
+    }
+
     /// After a batch's replies: the tracked reads of keys sidecache did
     /// not follow upstream when they were registered get their
     /// invalidation now, behind the replies. (Followed only later, a change
@@ -120,11 +145,7 @@ impl Client {
             return;
         }
         let mut reads = std::mem::take(&mut self.tracked_reads);
-        if self.st.tracking.bcast && !reads.is_empty() {
-            // Answered: what it was told of while they were in flight may
-            // be cached from them now (`Tracked::invalidate_learned`).
-            self.shared.tracked.touch(self.st.id);
-        }
+        let answered = !reads.is_empty();
         let fill_reads = std::mem::take(&mut self.fill_reads);
         let mut lost: Vec<Bytes> = reads
             .drain(..)
@@ -137,7 +158,12 @@ impl Client {
         lost.sort_unstable();
         lost.dedup();
         if !lost.is_empty() {
+            // For a BCAST client, also the touch below.
             self.shared.tracked.forget(self.st.id, &lost);
+        } else if self.st.tracking.bcast && answered {
+            // Answered: what it was told of while they were in flight may
+            // be cached from them now (`Tracked::invalidate_learned`).
+            self.shared.tracked.touch(self.st.id);
         }
         self.tracked_reads = reads;
     }

@@ -74,6 +74,9 @@ pub(super) struct TxBlock {
     /// SELECTs sent upstream inside the block: (place in EXEC's array,
     /// arguments).
     selects: Vec<(usize, Vec<Bytes>)>,
+    /// Keys its writes give a time to live, and how long (for tracking
+    /// clients' expiry messages, started at EXEC).
+    pub(super) expiries: Vec<(Bytes, std::time::Duration)>,
 }
 
 /// The client's held connection: from WATCH (or a MULTI spanning batches)

@@ -53,7 +53,7 @@
 //! "flush everything" message is sent after the keys held before it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -70,6 +70,29 @@ pub type Keys = SmallVec<[Bytes; 1]>;
 /// since, kept at most per client (past it, the set is emptied: echoes are
 /// then sent again, never a message withheld that a read made needed).
 const MAX_TOLD: usize = 4096;
+
+/// A write made through sidecache that the client was told of (or, NOLOOP,
+/// made itself): Redis's later invalidation of the key is the echo of that
+/// write, not news (see [`Tracked::invalidate_learned`]).
+const TOLD: u8 = 1;
+/// A message naming the key was queued for the client: a read dispatched
+/// before it needs no message of its own (see [`Tracked::forget`]).
+const SENT: u8 = 2;
+/// The client was sent a message after reading the key, because sidecache
+/// did not follow it ([`Tracked::forget`]): it holds no value of it, and
+/// the expiry of the key it stood in for is not sent again.
+const FORGOT: u8 = 4;
+
+/// What made keys change, for [`Tracked::invalidate_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// A write made through sidecache.
+    Write,
+    /// Redis's invalidation.
+    Learned,
+    /// A time to live set through sidecache ran out.
+    Expiry,
+}
 
 /// Default bound of the tracking table (keys followed for default-mode
 /// clients), as Redis's `tracking-table-max-keys`.
@@ -115,11 +138,9 @@ struct Inner {
     /// BCAST clients' changed keys not sent yet: (the writing client or
     /// 0, client, prefix, key).
     held: Vec<(u64, u64, usize, Bytes)>,
-    /// Per BCAST client, the keys of writes made through sidecache it was
-    /// told of (or, NOLOOP, made itself) and has not read since: Redis's
-    /// later invalidation of such a key is the echo of that write, not
-    /// news (see [`Tracked::invalidate_learned`]).
-    told: HashMap<u64, HashSet<Bytes>>,
+    /// Per BCAST client, what it heard of each key since its last read
+    /// was dispatched ([`TOLD`], [`SENT`]).
+    told: HashMap<u64, HashMap<Bytes, u8>>,
     /// Keys written through sidecache with a time to live that a tracking
     /// client follows, by when they expire (see [`Tracked::expire_at`]).
     expiring: BinaryHeap<Reverse<(Instant, Bytes)>>,
@@ -268,7 +289,7 @@ impl Tracked {
     /// client whose write it was). Their default-mode readers are told
     /// now; BCAST clients when [`Tracked::release`] runs.
     pub fn invalidate(&self, keys: &[Bytes], origin: Option<u64>) {
-        self.invalidate_with(keys, origin, false);
+        self.invalidate_with(keys, origin, Change::Write);
     }
 
     /// Client `origin` sent a write of `keys` to Redis; its
@@ -303,7 +324,7 @@ impl Tracked {
             }
             for key in keys {
                 if s.prefix_of(key).is_some() {
-                    mark_told(&mut g.told, *id, key);
+                    mark_told(&mut g.told, *id, key, TOLD);
                 }
             }
         }
@@ -319,10 +340,10 @@ impl Tracked {
     /// dispatched and again when its batch is answered, so a read in
     /// flight across the message makes the next change news again).
     pub fn invalidate_learned(&self, keys: &[Bytes]) {
-        self.invalidate_with(keys, None, true);
+        self.invalidate_with(keys, None, Change::Learned);
     }
 
-    fn invalidate_with(&self, keys: &[Bytes], origin: Option<u64>, learned: bool) {
+    fn invalidate_with(&self, keys: &[Bytes], origin: Option<u64>, change: Change) {
         if !self.active() {
             return;
         }
@@ -350,14 +371,32 @@ impl Tracked {
                 let Some(p) = s.prefix_of(key) else {
                     continue;
                 };
-                if learned {
-                    if g.told.get(id).is_some_and(|t| t.contains(key)) {
-                        continue;
-                    }
-                } else {
-                    mark_told(&mut g.told, *id, key);
+                let told = g
+                    .told
+                    .get(id)
+                    .and_then(|t| t.get(key))
+                    .copied()
+                    .unwrap_or(0);
+                let skip = match change {
+                    Change::Write => 0,
+                    Change::Learned => TOLD,
+                    Change::Expiry => FORGOT,
+                };
+                if told & skip != 0 {
+                    continue;
                 }
-                if wanted(*id, &g.clients) {
+                let sends = wanted(*id, &g.clients);
+                let learned = change == Change::Learned;
+                let how = match (learned, sends) {
+                    (false, true) => TOLD | SENT,
+                    (false, false) => TOLD,
+                    (true, true) => SENT,
+                    (true, false) => 0,
+                };
+                if how != 0 {
+                    mark_told(&mut g.told, *id, key, how);
+                }
+                if sends {
                     g.held.push((origin.unwrap_or(0), *id, p, key.clone()));
                 }
             }
@@ -407,11 +446,36 @@ impl Tracked {
     }
 
     /// Client `id` only: `keys` may change unseen (read where sidecache
-    /// follows no change), so it must not keep them.
+    /// follows no change), so it must not keep them. Called when the
+    /// batch holding the reads is answered (for a BCAST client, in place
+    /// of the [`Tracked::touch`] that ends them). A key the client
+    /// was sent a message of since the reads were dispatched gets no
+    /// second one (that message reaches it after the
+    /// reply, from its own outbox; a REDIRECT target may hear it sooner,
+    /// while the read is in flight, which is what Redis's REDIRECT does
+    /// too and what a client's cache guards against: a message for a key
+    /// being read means the reply is not kept).
     pub fn forget(&self, id: u64, keys: &[Bytes]) {
         let mut g = self.lock();
+        let g = &mut *g;
         let bcast = g.clients.get(&id).is_some_and(|s| s.bcast);
+        // BCAST: the touch that ends the batch's reads, keeping what the
+        // client heard while they were in flight for the check below.
+        let heard = if bcast {
+            if let Some(s) = g.clients.get_mut(&id) {
+                s.quiet = false;
+            }
+            g.told.remove(&id).unwrap_or_default()
+        } else {
+            HashMap::new()
+        };
         for key in keys {
+            if bcast {
+                if heard.get(key).is_some_and(|f| f & SENT != 0) {
+                    continue;
+                }
+                mark_told(&mut g.told, id, key, FORGOT);
+            }
             let mut registered = false;
             if let Some(ids) = g.keys.get_mut(key) {
                 let before = ids.len();
@@ -476,7 +540,9 @@ impl Tracked {
             g.expiring.peek().map(|Reverse((t, _))| *t)
         };
         if !due.is_empty() {
-            self.invalidate(&due, None);
+            if self.active() {
+                self.invalidate_with(&due, None, Change::Expiry);
+            }
             self.release(0);
         }
         next
@@ -531,14 +597,15 @@ impl Tracked {
     }
 }
 
-/// Records that BCAST client `id` was told of `key` (past [`MAX_TOLD`]
-/// keys, its record starts again: an echo is sent rather than withheld).
-fn mark_told(told: &mut HashMap<u64, HashSet<Bytes>>, id: u64, key: &Bytes) {
+/// Records what BCAST client `id` heard of `key` (`how`: [`TOLD`],
+/// [`SENT`]; past [`MAX_TOLD`] keys, its record starts again: an echo or a
+/// read's own message is then sent rather than withheld).
+fn mark_told(told: &mut HashMap<u64, HashMap<Bytes, u8>>, id: u64, key: &Bytes, how: u8) {
     let set = told.entry(id).or_default();
-    if set.len() >= MAX_TOLD {
+    if set.len() >= MAX_TOLD && !set.contains_key(key) {
         set.clear();
     }
-    set.insert(key.clone());
+    *set.entry(key.clone()).or_insert(0) |= how;
 }
 
 /// Sends `key`'s invalidation to each tracking client of `ids`; how many.

@@ -54,7 +54,15 @@ impl Client {
             return;
         }
         if self.held.is_some() || tx.on_held {
+            // What this flush answers comes before EXEC's reply, so the
+            // transaction's reads (and any before them) are decided after
+            // EXEC's (`Client::end_tracked_reads`), never before it.
+            let reads = std::mem::take(&mut self.tracked_reads);
             self.flush().await;
+            self.tracked_reads.splice(0..0, reads);
+            if end == End::Exec {
+                self.exec_sent(&tx.expiries, inval.as_ref());
+            }
             let replies = self.held_send(&mut tx).await;
             let start = self.scratch.len();
             if !tx.selects.is_empty() {
@@ -95,6 +103,9 @@ impl Client {
                 tx.count += 1;
                 restore = true;
             }
+            if end == End::Exec {
+                self.exec_sent(&tx.expiries, inval.as_ref());
+            }
             let block = tx.buf.split().freeze();
             let (node, idx) = self.enqueue_block(node, &block, tx.count);
             self.pending.push(Pending::Tx(Box::new(TxPending {
@@ -116,9 +127,24 @@ impl Client {
         }
         if end == End::Exec {
             if let Some(inval) = inval {
-                self.apply_l1(&inval);
                 self.pending.push(Pending::Invalidate(inval));
             }
+        }
+    }
+
+    /// EXEC is about to be sent: the transaction's reads and the expiries
+    /// its writes set run from now (`Client::renew_tracked_reads`), and
+    /// what it may write leaves the L1 again (and tracking clients count
+    /// it as told before Redis can report it back).
+    fn exec_sent(
+        &mut self,
+        expiries: &[(Bytes, std::time::Duration)],
+        inval: Option<&super::Inval>,
+    ) {
+        self.renew_tracked_reads();
+        self.start_tx_expiries(expiries);
+        if let Some(inval) = inval {
+            self.apply_l1(inval);
         }
     }
 

@@ -275,3 +275,66 @@ fn redirects_forget_and_the_table_bound() {
     assert_eq!(drain(&mut r1).len(), 1);
     assert_eq!(t.figures().1, 2);
 }
+
+#[test]
+fn a_read_sent_a_message_while_in_flight_gets_no_second_one() {
+    let h = hub();
+    let t = Tracked::default();
+    let (o1, mut r1) = Outbox::new(&h);
+    let (o2, mut r2) = Outbox::new(&h);
+    t.add_outbox(1, &o1);
+    t.add_outbox(2, &o2);
+    let bcast = Sink {
+        bcast: true,
+        ..Sink::default()
+    };
+    t.enable(1, bcast.clone());
+    t.enable(
+        2,
+        Sink {
+            noloop: true,
+            ..bcast
+        },
+    );
+    // Both read k (dispatched); an expiry of k is sent to both while the
+    // reads are in flight: the reads' own messages are not sent again.
+    t.touch(1);
+    t.touch(2);
+    t.invalidate(&[b("k")], None);
+    t.release(0);
+    assert_eq!(drain(&mut r1), ["k"]);
+    assert_eq!(drain(&mut r2), ["k"]);
+    t.forget(1, &[b("k")]);
+    t.forget(2, &[b("k")]);
+    assert!(drain(&mut r1).is_empty());
+    assert!(drain(&mut r2).is_empty());
+    // A key only counted as told (client 2's own NOLOOP write, which sends
+    // it nothing) still gets the read's message; so does one after a
+    // new read's dispatch.
+    t.touch(1);
+    t.touch(2);
+    t.writing(&[b("j")], 2);
+    t.invalidate(&[b("j")], Some(2));
+    t.release(2);
+    assert_eq!(drain(&mut r1), ["j"]);
+    assert!(drain(&mut r2).is_empty());
+    t.forget(2, &[b("j")]);
+    assert_eq!(drain(&mut r2), ["j"]);
+    t.touch(1);
+    t.forget(1, &[b("j")]);
+    assert_eq!(drain(&mut r1), ["j"]);
+    // The message sent in place of following j stands for j's expiry too;
+    // any other change of j is sent, and after a read so is its expiry.
+    let now = Instant::now();
+    t.expire_at(&b("j"), now);
+    t.expire_due(now);
+    assert!(drain(&mut r1).is_empty());
+    assert!(drain(&mut r2).is_empty());
+    t.invalidate(&[b("j")], None);
+    t.release(0);
+    assert_eq!(drain(&mut r1), ["j"]);
+    t.touch(1);
+    t.expire_at(&b("j"), now);
+    t.expire_due(now);
+    assert_eq!(drain(&mut r1), ["j"]);
+}
