@@ -488,7 +488,7 @@ impl Tracked {
             // A default-mode client gets one message per registration (a
             // change it was told of already took the registration).
             if registered || bcast {
-                let n = send(&g, std::iter::once(id), key);
+                let n = send(g, std::iter::once(id), key);
                 self.messages.fetch_add(n, Ordering::Relaxed);
             }
         }
@@ -575,10 +575,13 @@ impl Tracked {
     /// Everything may have changed (FLUSHALL, FLUSHDB, a lost channel):
     /// every tracking client gets a message with no keys.
     pub fn flush(&self) {
+        let mut g = self.lock();
         if !self.active() {
+            // Nobody to tell, but what clients that stopped tracking read
+            // is forgotten, as Redis empties its table (INFO counts it).
+            g.keys.clear();
             return;
         }
-        let mut g = self.lock();
         if !g.held.is_empty() {
             let held = std::mem::take(&mut g.held);
             self.send_held(&mut g, held);

@@ -338,3 +338,14 @@ fn a_read_sent_a_message_while_in_flight_gets_no_second_one() {
     t.expire_due(now);
     assert_eq!(drain(&mut r1), ["j"]);
 }
+
+#[test]
+fn a_flush_empties_the_table_with_no_client_tracking() {
+    let t = Tracked::default();
+    t.enable(1, Sink::default());
+    t.register(1, &b("k"));
+    t.disable(1);
+    assert_eq!(t.totals(), (1, 0));
+    t.flush();
+    assert_eq!(t.totals(), (0, 0));
+}
