@@ -44,7 +44,8 @@ impl Client {
     /// command is MULTI (rueidis sends `CLIENT CACHING YES`, `MULTI`,
     /// `PTTL k`, the read, `EXEC`); one queued inside a MULTI applies to
     /// the commands queued after it. Reads inside a transaction are
-    /// registered when they are queued, before Redis runs them.
+    /// registered when they are queued, and again when EXEC is sent
+    /// ([`Client::renew_tracked_reads`]), before Redis runs them.
     pub(super) fn track_read(&mut self, req: &Request) {
         let caching = req.args.len() >= 2
             && req.args[0].eq_ignore_ascii_case(b"client")

@@ -41,7 +41,12 @@
 //! dispatched and again when the batch holding it is answered, so a value
 //! read across the message is never left without a later one. Keys
 //! written with a time to live are reported when they fall due
-//! ([`Tracked::expire_at`]), as Redis reports an expiry.
+//! ([`Tracked::expire_at`]), as Redis reports an expiry. A read of a key
+//! sidecache does not follow gets its own message after its reply
+//! ([`Tracked::forget`]) only if the client was not sent one for that key
+//! while the read was in flight (that one already reaches it after the
+//! reply); and a BCAST client sent such a message is not sent the key's
+//! expiry again until it reads it, as the message stood in for it.
 //!
 //! # Message shapes, as Redis's
 //! A default-mode client gets one message per key, at once. A BCAST
