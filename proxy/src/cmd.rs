@@ -7,5 +7,6 @@ pub mod local;
 pub mod merge;
 pub mod reads;
 pub mod route;
+pub mod script;
 pub mod table;
 pub mod write;

@@ -155,6 +155,8 @@ enum Pending {
     Journalled(u64),
     /// A MULTI … EXEC/DISCARD block on a shared connection.
     Tx(Box<tx::TxPending>),
+    /// A tracking client's script, run on a fill lane (`tracked`).
+    Script(Box<tracked::ScriptFill>),
     Up {
         node: u32,
         idx: u32,
@@ -253,6 +255,9 @@ pub struct Client {
     fill_reads: Vec<(u16, Bytes)>,
     /// CLIENT TRACKING: a CLIENT CACHING was followed by a command.
     caching_used: bool,
+    /// CLIENT TRACKING: the script being dispatched goes to a fill lane,
+    /// so Redis follows the keys it declares if it reads (`tracked`).
+    script_fill: bool,
     /// CLIENT TRACKING: a CLIENT CACHING queued inside the open MULTI (it
     /// runs at EXEC, and applies to the commands queued after it).
     tx_caching: Option<bool>,
@@ -389,6 +394,7 @@ impl Client {
             tracked_reads: Vec::new(),
             fill_reads: Vec::new(),
             caching_used: false,
+            script_fill: false,
             tx_caching: None,
             batch_bytes: 0,
             commands: 0,

@@ -53,7 +53,7 @@ fn fill_lane(key: &[u8], lanes: usize) -> usize {
 }
 
 /// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
-const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
+pub(super) const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
 
 impl Client {
     /// Whether fills wait in this batch for the fill connection.
@@ -106,22 +106,9 @@ impl Client {
             self.builders[node].count += 1;
             return (node as u32, idx);
         }
-        // One lane per key, so Redis registers each key on one connection.
-        let lane = node * self.fill_lanes + fill_lane(key, self.fill_lanes);
-        if self.fills.len() <= lane {
-            self.fills.resize_with(lane + 1, super::Builder::default);
-        }
+        let lane = self.fill_lane_of(node, key);
         let db = self.st.db;
-        let start = self.shared.upstream.default_db();
         let b = &mut self.fills[lane];
-        // The tracking connection sits in the start database; a fill of
-        // another selects it first (put back in `submit`).
-        if b.selected.unwrap_or(start) != db {
-            let mut n = itoa::Buffer::new();
-            encode::encode_command(&mut b.buf, &[b"SELECT".as_slice(), n.format(db).as_bytes()]);
-            b.count += 1;
-            b.selected = Some(db);
-        }
         b.reads += 1;
         b.buf.extend_from_slice(CACHING_YES);
         if self.st.tracking.on {
@@ -136,6 +123,27 @@ impl Client {
         (lane as u32, (b.count - 3) as u32)
     }
 
+    /// The fill lane of `key` on `node` (one lane per key, so Redis
+    /// registers each key on one connection), in the client's database:
+    /// the tracking connection sits in the start database, and a fill of
+    /// another selects it first (put back in `submit`).
+    pub(super) fn fill_lane_of(&mut self, node: usize, key: &[u8]) -> usize {
+        let lane = node * self.fill_lanes + fill_lane(key, self.fill_lanes);
+        if self.fills.len() <= lane {
+            self.fills.resize_with(lane + 1, super::Builder::default);
+        }
+        let db = self.st.db;
+        let start = self.shared.upstream.default_db();
+        let b = &mut self.fills[lane];
+        if b.selected.unwrap_or(start) != db {
+            let mut n = itoa::Buffer::new();
+            encode::encode_command(&mut b.buf, &[b"SELECT".as_slice(), n.format(db).as_bytes()]);
+            b.count += 1;
+            b.selected = Some(db);
+        }
+        lane
+    }
+
     /// Whether a fill of a key of `node` goes on the node's fill
     /// connection: with optin tracking, the reads that fill the L1 must be
     /// made on the connection Redis tracks them for, the one that also
@@ -144,7 +152,7 @@ impl Client {
     /// for the node on the client's connection that may write: the fill
     /// must not overtake it. Otherwise the read goes with the client's
     /// commands and is not cached.
-    fn fills_on_fill_conn(&self, node: usize) -> bool {
+    pub(super) fn fills_on_fill_conn(&self, node: usize) -> bool {
         self.optin
             && !(self.forwarded_write && self.builders.get(node).is_some_and(|b| b.count > 0))
     }

@@ -158,6 +158,14 @@ impl Client {
             Handling::Split(Merge::AllOk) if cluster && args.len().is_multiple_of(2) => {
                 self.local_reply(|r| local::arity_error(r, "mset"));
             }
+            _ if std::mem::take(&mut self.script_fill) => {
+                let alone = self.script_on_fill_lane(req, inval).await;
+                // Nothing after it overtakes it on another connection.
+                if alone {
+                    self.flush().await;
+                }
+                return Flow::Continue;
+            }
             _ if !cluster => {
                 let node = if self.replica_reads && replica_readable(info) {
                     self.read_node(0, None)

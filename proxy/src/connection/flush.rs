@@ -331,6 +331,7 @@ impl Client {
                 self.wbuf.put_slice(b"+OK\r\n");
             }
             Pending::Tx(t) => self.reply_tx(*t).await,
+            Pending::Script(sf) => return self.reply_script(*sf).await,
             Pending::Invalidate(inval) => self.invalidated(inval).await,
             Pending::Up {
                 node,
@@ -415,7 +416,7 @@ impl Client {
 
     /// A write was acknowledged upstream: its invalidation applied again,
     /// and published to the peers (peer channel).
-    async fn invalidated(&mut self, inval: super::Inval) {
+    pub(super) async fn invalidated(&mut self, inval: super::Inval) {
         self.apply(&inval);
         if self.shared.upstream.peer().is_some() {
             let keys = match &inval {

@@ -3,12 +3,48 @@
 //! each read of a key sidecache does not follow upstream is invalidated at
 //! once (the argument is in `crate::pubsub::tracking`).
 
-use bytes::Bytes;
-use sidecache_pool::Proto;
+use bytes::{BufMut, Bytes};
+use sidecache_pool::{Proto, Slot};
+use sidecache_resp::frame;
 use sidecache_resp::request::Request;
+use sidecache_resp::shape::{self, Shape};
+use smallvec::SmallVec;
 
-use super::Client;
+use super::{Client, Inval, Pending};
 use crate::pubsub::tracking::Sink;
+
+/// Commands that run a script or a function with declared keys.
+const SCRIPTS: &[&str] = &[
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// Whether a script command may run a read (its body is known for EVAL
+/// and EVAL_RO only; see `crate::cmd::script`).
+fn script_may_read(name: &str, args: &[Bytes], table: &crate::cmd::table::CommandTable) -> bool {
+    match (name, args.get(1)) {
+        ("eval" | "eval_ro", Some(body)) => crate::cmd::script::may_read(body, table),
+        _ => true,
+    }
+}
+
+/// A tracking client's script on a fill lane: after `CLIENT CACHING YES`
+/// at `idx` of fill lane `lane`, its reply at `idx + 1`.
+#[derive(Debug)]
+pub(super) struct ScriptFill {
+    lane: u32,
+    idx: u32,
+    slot: Option<Slot>,
+    cmd: Bytes,
+    db: u16,
+    keys: SmallVec<[Bytes; 2]>,
+    /// What its writes may have changed, applied at its reply.
+    inval: Option<Inval>,
+}
 
 impl Client {
     /// The shared table learns this client's tracking state (after CLIENT
@@ -47,6 +83,7 @@ impl Client {
     /// registered when they are queued, and again when EXEC is sent
     /// ([`Client::renew_tracked_reads`]), before Redis runs them.
     pub(super) fn track_read(&mut self, req: &Request) {
+        self.script_fill = false;
         let caching = req.args.len() >= 2
             && req.args[0].eq_ignore_ascii_case(b"client")
             && req.args[1].eq_ignore_ascii_case(b"caching");
@@ -83,12 +120,22 @@ impl Client {
         let Some(info) = shared.table.lookup(&req.args) else {
             return;
         };
-        if !info.flags.readonly || info.writes_keys() {
+        // A script: Redis tracks the keys it declares if it runs a read
+        // (which sidecache cannot see), so under optin it runs on a fill
+        // lane, where Redis decides (`Client::script_on_fill_lane`).
+        let script = SCRIPTS.contains(&info.name.as_str());
+        if !script && (!info.flags.readonly || info.writes_keys()) {
             return;
         }
         self.keys.clear();
         if info.keys(&req.args, &mut self.keys).is_err() {
             return;
+        }
+        if script {
+            if self.keys.is_empty() || !script_may_read(&info.name, &req.args, &shared.table) {
+                return;
+            }
+            self.script_fill = self.optin && !in_tx && self.st.user.is_none();
         }
         let bcast = self.st.tracking.bcast;
         if bcast && !self.keys.is_empty() {
@@ -104,6 +151,146 @@ impl Client {
             let followed = self.follows(self.st.db, &key);
             self.tracked_reads.push((self.st.db, key, followed));
         }
+    }
+
+    /// A tracking client's script (its keys registered by
+    /// [`Client::track_read`]), under optin: run in a batch of its own on
+    /// the fill lane of its first key, after `CLIENT CACHING YES`, so Redis
+    /// follows the keys it declares exactly when it would for the client
+    /// (the script ran a read), and reports their changes to sidecache.
+    /// The batch before it is answered first, and (`true`) the caller
+    /// answers it before anything after it is sent: its writes keep their
+    /// place among the client's commands. Its reads' messages are decided
+    /// after its reply. When the fill lane cannot take it (a write of this
+    /// batch is bound for the node on the client's connection) it is
+    /// forwarded as any script, and its keys are dropped right after.
+    pub(super) async fn script_on_fill_lane(
+        &mut self,
+        req: &Request,
+        inval: Option<Inval>,
+    ) -> bool {
+        let args = &req.args;
+        let Some(&first) = self.keys.first() else {
+            self.forward(0, None, &req.raw);
+            self.push_inval(inval);
+            return false;
+        };
+        let keys: SmallVec<[Bytes; 2]> = self.keys.iter().map(|&i| args[i].clone()).collect();
+        let (node, slot) = match self.route_key(&args[first]) {
+            Ok(r) => r,
+            Err(e) => {
+                self.slot_error(&e);
+                self.push_inval(inval);
+                return false;
+            }
+        };
+        if !self.pending.is_empty() {
+            // The reads registered for this script wait for its reply.
+            let mut held = keys.len().min(self.tracked_reads.len());
+            held = self.tracked_reads.len() - held;
+            let reads = self.tracked_reads.split_off(held);
+            self.flush().await;
+            self.tracked_reads.extend(reads);
+        }
+        if !self.fills_on_fill_conn(node) {
+            self.forward(node, slot, &req.raw);
+            self.push_inval(inval);
+            return false;
+        }
+        let lane = self.fill_lane_of(node, &args[first]);
+        let b = &mut self.fills[lane];
+        b.reads += 1;
+        b.buf.extend_from_slice(super::cache::CACHING_YES);
+        b.buf.extend_from_slice(&req.raw);
+        b.count += 2;
+        let idx = (b.count - 2) as u32;
+        let db = self.st.db;
+        for k in &keys {
+            self.fill_reads.push((db, k.clone()));
+        }
+        self.pending.push(Pending::Script(Box::new(ScriptFill {
+            lane: lane as u32,
+            idx,
+            slot,
+            cmd: req.raw.clone(),
+            db,
+            keys,
+            inval,
+        })));
+        true
+    }
+
+    fn push_inval(&mut self, inval: Option<Inval>) {
+        if let Some(inval) = inval {
+            self.pending.push(Pending::Invalidate(inval));
+        }
+    }
+
+    /// The reply of a script run on a fill lane, in the client's protocol
+    /// (the lane speaks RESP3). If Redis refused `CLIENT CACHING YES`, or
+    /// the script was redirected (a cluster moved its slot) and ran
+    /// elsewhere, its keys are not followed: they get their message after
+    /// the reply. Returns whether it is an upstream failure.
+    pub(super) async fn reply_script(&mut self, sf: ScriptFill) -> bool {
+        let caching = self.take_lane_frame(true, sf.lane, sf.idx);
+        let mut followed = caching.is_ok_and(|c| frame::error_text(&c).is_none());
+        let got = match self.take_lane_frame(true, sf.lane, sf.idx + 1) {
+            Ok(f)
+                if self.topo.is_cluster()
+                    && (f.starts_with(b"-MOVED ") || f.starts_with(b"-ASK ")) =>
+            {
+                followed = false;
+                self.shared.metrics.note_redirect(&f);
+                self.shared
+                    .upstream
+                    .follow_via(self.via(), self.session(), sf.slot, &sf.cmd, f)
+                    .await
+                    .map(|f| (f, self.st.proto))
+            }
+            Ok(f) => Ok((f, Proto::Resp3)),
+            Err(e) => Err(e),
+        };
+        if !followed {
+            self.fill_reads
+                .retain(|(d, k)| !(*d == sf.db && sf.keys.contains(k)));
+        }
+        let failed = match got {
+            Ok((f, from)) => {
+                if shape::convert(&f, Shape::Plain, from, self.st.proto, &mut self.wbuf).is_err() {
+                    self.wbuf.put_slice(&f);
+                }
+                false
+            }
+            Err(e) => {
+                e.write_reply(&mut self.wbuf);
+                true
+            }
+        };
+        match sf.inval {
+            // What the script may have written leaves the L1 and reaches
+            // peers and other tracking clients, as any write's. Its caller
+            // keeps what the script registered for it: Redis reports the
+            // keys the script read (and so follows for the lane) when they
+            // change, its own writes included, as Redis tells the caller.
+            Some(Inval::Keys(keys)) if followed => {
+                if self.replica_reads {
+                    self.stamp_written(&Inval::Keys(keys.clone()));
+                }
+                for k in &keys {
+                    self.shared.l1.invalidate(sf.db, k);
+                    self.shared.flights.forget(sf.db, k);
+                }
+                if self.shared.tracked.active() {
+                    self.shared.tracked.invalidate_sparing(&keys, self.st.id);
+                }
+                if self.shared.upstream.peer().is_some() {
+                    self.shared.upstream.publish_written(Some(&keys[..])).await;
+                }
+            }
+            Some(inval) => self.invalidated(inval).await,
+            None => {}
+        }
+        failed
     }
 
     /// EXEC is sent: the transaction's reads run now, not when they were

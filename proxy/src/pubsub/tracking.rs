@@ -97,6 +97,9 @@ enum Change {
     Learned,
     /// A time to live set through sidecache ran out.
     Expiry,
+    /// A write of the origin's script that may not have changed the keys
+    /// ([`Tracked::invalidate_sparing`]).
+    Spare,
 }
 
 /// Default bound of the tracking table (keys followed for default-mode
@@ -297,6 +300,18 @@ impl Tracked {
         self.invalidate_with(keys, origin, Change::Write);
     }
 
+    /// [`Tracked::invalidate`] for a script of client `origin` run where
+    /// Redis follows what it reads for sidecache (a fill lane): `origin`
+    /// is not told and keeps its registrations of `keys` (Redis reports
+    /// the keys the script read when they change, its own writes
+    /// included; sidecache cannot tell which ones it wrote).
+    pub fn invalidate_sparing(&self, keys: &[Bytes], origin: u64) {
+        if !self.active() {
+            return;
+        }
+        self.invalidate_with(keys, Some(origin), Change::Spare);
+    }
+
     /// Client `origin` sent a write of `keys` to Redis; its
     /// acknowledgement calls [`Tracked::invalidate`]. Redis may report the
     /// change back (when sidecache follows a key) before that reply is
@@ -359,18 +374,30 @@ impl Tracked {
                 .get(&id)
                 .is_some_and(|s| !(s.noloop && origin == Some(id)))
         };
+        let spared = if change == Change::Spare {
+            origin
+        } else {
+            None
+        };
         for key in keys {
             if let Some(ids) = g.keys.remove(key) {
+                if spared.is_some_and(|o| ids.contains(&o)) {
+                    if let Some(o) = spared {
+                        g.keys.insert(key.clone(), smallvec::smallvec![o]);
+                    }
+                }
                 // A client that read the key and then switched to BCAST
                 // hears of it only as BCAST (as Redis skips it).
                 let to = ids.into_iter().filter(|id| {
-                    wanted(*id, &g.clients) && g.clients.get(id).is_some_and(|s| !s.bcast)
+                    Some(*id) != spared
+                        && wanted(*id, &g.clients)
+                        && g.clients.get(id).is_some_and(|s| !s.bcast)
                 });
                 let n = send(g, to, key);
                 self.messages.fetch_add(n, Ordering::Relaxed);
             }
             for (id, s) in &g.clients {
-                if !s.bcast {
+                if !s.bcast || Some(*id) == spared {
                     continue;
                 }
                 let Some(p) = s.prefix_of(key) else {
@@ -383,7 +410,7 @@ impl Tracked {
                     .copied()
                     .unwrap_or(0);
                 let skip = match change {
-                    Change::Write => 0,
+                    Change::Write | Change::Spare => 0,
                     Change::Learned => TOLD,
                     Change::Expiry => FORGOT,
                 };
