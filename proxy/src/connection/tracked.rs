@@ -293,6 +293,51 @@ impl Client {
         failed
     }
 
+    /// Whether a transaction's EXEC, about to be sent on a shared
+    /// connection, goes to a fill lane instead ([`Client::tx_on_fill_lane`]):
+    /// under optin, for a RESP3 client of the upstream's own user whose
+    /// transaction reads keys it tracks.
+    pub(super) fn tx_reads_tracked(&self) -> bool {
+        self.optin
+            && self.st.tracking.on
+            && self.st.proto == Proto::Resp3
+            && self.st.user.is_none()
+            && !self.tracked_reads.is_empty()
+    }
+
+    /// A transaction of a tracking client, on the fill lane of a key it
+    /// reads, after `CLIENT CACHING YES` (which covers a whole
+    /// transaction when the command after it is MULTI): Redis follows
+    /// for sidecache every key it reads, as it would for the client, so
+    /// the client keeps what it read until it changes (rueidis reads each
+    /// key it caches as `CLIENT CACHING YES`, `MULTI`, `PTTL k`, the read,
+    /// `EXEC`). Redis answers a RESP3 client as it answers the lane, so
+    /// its replies go verbatim. Returns the lane and the index of the
+    /// block's first reply.
+    pub(super) fn tx_on_fill_lane(
+        &mut self,
+        node: usize,
+        block: &[u8],
+        count: usize,
+    ) -> (u32, u32) {
+        let key = self
+            .tracked_reads
+            .last()
+            .map(|(_, k, _)| k.clone())
+            .unwrap_or_default();
+        let lane = self.fill_lane_of(node, &key);
+        let b = &mut self.fills[lane];
+        b.reads += 1;
+        b.buf.extend_from_slice(super::cache::CACHING_YES);
+        b.buf.extend_from_slice(block);
+        b.count += 1 + count;
+        let idx = (b.count - count) as u32;
+        for (db, k, _) in &self.tracked_reads {
+            self.fill_reads.push((*db, k.clone()));
+        }
+        (lane as u32, idx)
+    }
+
     /// EXEC is sent: the transaction's reads run now, not when they were
     /// queued, so they are registered again (a change told of meanwhile
     /// took a default-mode registration, and reached the client before

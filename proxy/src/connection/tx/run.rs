@@ -35,6 +35,7 @@ impl Client {
         tx.count += 1;
         tx.order.push(None);
         let inval = tx.inval.take();
+        let mut on_fill = false;
         if tx.lost {
             let start = self.scratch.len();
             let last = tx.order.len() - 1;
@@ -90,6 +91,16 @@ impl Client {
             // that runs at EXEC: later commands of this batch must see
             // what EXEC changed, so the block is answered at once.
             let answer_now = !tx.selects.is_empty() || !tx.deferred.is_empty();
+            on_fill =
+                end == End::Exec && !tx.dirty && tx.selects.is_empty() && self.tx_reads_tracked();
+            if on_fill && !self.pending.is_empty() {
+                // In a batch of its own: what came before is answered
+                // first (its reads decided after EXEC's reply).
+                let reads = std::mem::take(&mut self.tracked_reads);
+                self.flush().await;
+                self.tracked_reads.splice(0..0, reads);
+            }
+            on_fill = on_fill && self.fills_on_fill_conn(node);
             let selects = !tx.selects.is_empty();
             // The shared connection goes back to its own database after
             // the block (its reply is dropped in the reply pass).
@@ -107,7 +118,11 @@ impl Client {
                 self.exec_sent(&tx.expiries, inval.as_ref());
             }
             let block = tx.buf.split().freeze();
-            let (node, idx) = self.enqueue_block(node, &block, tx.count);
+            let (node, idx) = if on_fill {
+                self.tx_on_fill_lane(node, &block, tx.count)
+            } else {
+                self.enqueue_block(node, &block, tx.count)
+            };
             self.pending.push(Pending::Tx(Box::new(TxPending {
                 node,
                 idx,
@@ -120,6 +135,7 @@ impl Client {
                 deferred: tx.deferred,
                 selects: tx.selects,
                 restore,
+                fill: on_fill,
             })));
             if answer_now {
                 self.flush().await;
@@ -129,6 +145,10 @@ impl Client {
             if let Some(inval) = inval {
                 self.pending.push(Pending::Invalidate(inval));
             }
+        }
+        // Nothing after it overtakes it on another connection.
+        if on_fill {
+            self.flush().await;
         }
     }
 
@@ -420,8 +440,15 @@ impl Client {
     pub(in crate::connection) async fn reply_tx(&mut self, t: TxPending) {
         let mut frames = Vec::with_capacity(t.count);
         let mut failed = None;
+        if t.fill {
+            let caching = self.take_lane_frame(true, t.node, t.idx - 1);
+            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
+                // Not followed after all: its reads get their messages.
+                self.fill_reads.clear();
+            }
+        }
         for k in 0..t.count {
-            match self.take_frame(t.node, t.idx + k as u32) {
+            match self.take_lane_frame(t.fill, t.node, t.idx + k as u32) {
                 Ok(f) => frames.push(f),
                 Err(e) => {
                     failed = Some(e);
@@ -448,6 +475,9 @@ impl Client {
                     _ => b"-ASK ",
                 });
                 replies = self.rerun_block(&action, &t.block, t.count, t.slot).await;
+                // It ran on another connection, which Redis follows
+                // nothing on for sidecache.
+                self.fill_reads.clear();
             }
         }
         let replies = replies.map(|mut f| {
