@@ -189,6 +189,13 @@ impl CoherenceMode {
 pub trait CoherenceListener: Send + Sync {
     /// Another client changed these keys (in some database).
     fn invalidate(&self, keys: &[Bytes]);
+    /// `keys` were reported back for this sidecache's own write of them
+    /// (see `crate::conn::mux`'s `echo`): nothing changed that was not
+    /// told of at the write's acknowledgement, but Redis no longer follows
+    /// them on that connection (in any database).
+    fn invalidate_echo(&self, keys: &[Bytes]) {
+        self.invalidate(keys);
+    }
     /// Anything `node` holds may have changed unseen (its channel was lost,
     /// or it was flushed): drop what was cached from it.
     fn reset_node(&self, node: &NodeAddr);
@@ -212,6 +219,10 @@ pub struct CoherenceStats {
     /// Optin: reads sent after `CLIENT CACHING YES` on a channel
     /// connection (each registers its key for this sidecache).
     pub registered_reads: AtomicU64,
+    /// Keys reported back for this sidecache's own write-behind writes
+    /// (see `crate::conn::mux`'s `echo`): not passed on to tracking
+    /// clients.
+    pub echoes: AtomicU64,
 }
 
 /// What all channels share.
@@ -380,8 +391,10 @@ impl Channel {
         }
     }
 
-    /// An out-of-band RESP3 push arrived on the channel.
-    pub(crate) fn on_push(&self, frame: &Bytes) {
+    /// An out-of-band RESP3 push arrived on the channel; `own`: keys of
+    /// this connection's write just answered, whose report is that
+    /// write's echo and is left out (see `crate::conn::mux`'s `echo`).
+    pub(crate) fn on_push(&self, frame: &Bytes, own: &[Bytes]) {
         let Ok(Value::Push(items)) = Value::decode(frame) else {
             return;
         };
@@ -408,8 +421,23 @@ impl Channel {
                 stats
                     .invalidated_keys
                     .fetch_add(keys.len() as u64, Ordering::Relaxed);
-                if let Some(l) = self.hub.listener() {
+                let Some(l) = self.hub.listener() else {
+                    return;
+                };
+                if own.is_empty() {
                     l.invalidate(&keys);
+                    return;
+                }
+                let (echoes, news): (Vec<Bytes>, Vec<Bytes>) =
+                    keys.into_iter().partition(|k| own.contains(k));
+                stats
+                    .echoes
+                    .fetch_add(echoes.len() as u64, Ordering::Relaxed);
+                if !echoes.is_empty() {
+                    l.invalidate_echo(&echoes);
+                }
+                if !news.is_empty() {
+                    l.invalidate(&news);
                 }
             }
             // A null: the master was flushed.
@@ -438,6 +466,13 @@ mod tests {
                 g.push(String::from_utf8_lossy(k).into_owned());
             }
         }
+        fn invalidate_echo(&self, keys: &[Bytes]) {
+            let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            for k in keys {
+                g.push(format!("echo {}", String::from_utf8_lossy(k)));
+            }
+        }
+
         fn reset_node(&self, node: &NodeAddr) {
             let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
             g.push(format!("reset {node}"));
@@ -466,14 +501,28 @@ mod tests {
         };
         let ch = Channel::new(addr, Arc::clone(&hub));
         assert!(!ch.is_up());
-        ch.on_push(&Bytes::from_static(
-            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n",
-        ));
-        ch.on_push(&Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n_\r\n"));
+        ch.on_push(
+            &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            &[],
+        );
+        // The echo of our own write of b: b is applied as an echo.
+        ch.on_push(
+            &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            &[Bytes::from_static(b"b")],
+        );
+        ch.on_push(
+            &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nb\r\n"),
+            &[Bytes::from_static(b"b")],
+        );
+        ch.on_push(
+            &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n_\r\n"),
+            &[],
+        );
         // Not an invalidation: ignored.
-        ch.on_push(&Bytes::from_static(
-            b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n",
-        ));
+        ch.on_push(
+            &Bytes::from_static(b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n"),
+            &[],
+        );
         // Lost while never up: nothing to clear.
         ch.set_down("test");
         ch.set_up();
@@ -483,9 +532,18 @@ mod tests {
         let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
         assert_eq!(
             got,
-            vec!["a", "b", "reset 127.0.0.1:7000", "reset 127.0.0.1:7000"]
+            vec![
+                "a",
+                "b",
+                "echo b",
+                "a",
+                "echo b",
+                "reset 127.0.0.1:7000",
+                "reset 127.0.0.1:7000"
+            ]
         );
-        assert_eq!(hub.stats.invalidated_keys.load(Ordering::Relaxed), 2);
+        assert_eq!(hub.stats.invalidated_keys.load(Ordering::Relaxed), 5);
+        assert_eq!(hub.stats.echoes.load(Ordering::Relaxed), 2);
         assert_eq!(hub.stats.flushes.load(Ordering::Relaxed), 1);
         assert_eq!(hub.stats.channel_losses.load(Ordering::Relaxed), 1);
     }

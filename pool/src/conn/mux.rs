@@ -61,11 +61,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Auth;
 use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
+use crate::config::TrackingMode;
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
 use crate::conn::health::{Health, SUSPECT_AFTER};
 use crate::error::{Error, Result};
 
+mod echo;
 mod gather;
 mod supervise;
 
@@ -130,6 +132,9 @@ struct Inflight {
     count: usize,
     frames: Replies,
     sink: Sink,
+    /// A write-behind batch on a tracking connection: what was written,
+    /// to know Redis's report of it (`echo`).
+    payload: Option<Bytes>,
 }
 
 /// Handle to one multiplexed connection; cheap to clone.
@@ -291,6 +296,9 @@ async fn run_connected(
     let mut armed = false;
     let mut armed_at: u64 = 0;
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    // An optin tracking connection: its write-behind batches are kept
+    // until answered, to know Redis's reports of them (`echo`).
+    let optin = channel.is_some_and(|c| c.mode() == TrackingMode::Optin);
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -303,6 +311,7 @@ async fn run_connected(
             count: 1,
             frames: Vec::with_capacity(1),
             sink: Sink::Tracking,
+            payload: None,
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
             return Some(lost("registering CLIENT TRACKING failed".into()));
@@ -367,7 +376,7 @@ async fn run_connected(
                 if !auth.encode_auth(&mut p) {
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -391,7 +400,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping, payload: None };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -431,6 +440,7 @@ async fn run_connected(
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
                     sink: Sink::Caller(req.reply),
+                    payload: (req.gathered && optin).then(|| req.payload.clone()),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
                     entry.sink.fail(lost("reader stopped".into()));
@@ -509,6 +519,13 @@ async fn read_loop(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
+    // Our own write-behind writes as Redis reports them back (optin:
+    // under BCAST every change is reported, whoever made it, so where a
+    // push comes says nothing).
+    let optin = channel
+        .as_ref()
+        .is_some_and(|c| c.mode() == TrackingMode::Optin);
+    let mut echo = echo::Echo::default();
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
     let lost = |reason: String| Error::ConnectionLost {
@@ -523,7 +540,7 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            ch.on_push(&frame);
+                            ch.on_push(&frame, &echo.written());
                         }
                         continue;
                     }
@@ -547,6 +564,9 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
+                    if optin {
+                        echo.reply(cur.payload.as_ref(), cur.frames.len() - 1);
+                    }
                     if cur.frames.len() >= cur.count {
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {

@@ -336,6 +336,22 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
         shared.tracked.release(0);
     }
 
+    /// The L1 forgets them as for any report (Redis stopped following
+    /// them for that connection, in every database); tracking clients
+    /// are not told again of a write they were told of at its
+    /// acknowledgement (and may have read since).
+    fn invalidate_echo(&self, keys: &[Bytes]) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        for k in keys {
+            shared.l1.for_used_dbs(|db| {
+                shared.l1.invalidate(db, k);
+                shared.flights.forget(db, k);
+            });
+        }
+    }
+
     fn reset_node(&self, node: &sidecache_pool::NodeAddr) {
         let Some(shared) = self.0.upgrade() else {
             return;

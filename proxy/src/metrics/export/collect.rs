@@ -461,6 +461,11 @@ fn invalidation(s: &Shared, o: &mut Out) {
         &[],
         cs.map_or(0, |c| l(&c.registered_reads)),
     );
+    o.counter(
+        "sidecache_tracking_echoes_total",
+        &[],
+        cs.map_or(0, |c| l(&c.echoes)),
+    );
 }
 
 /// The upstream: mode and version, masters and uncovered slots, and per

@@ -1,0 +1,155 @@
+//! Redis's report of this connection's own write-behind writes.
+//!
+//! Under optin the tracking connection carries the write-behind batches
+//! of the start database, without `NOLOOP` (see
+//! `crate::coherence::tracking`). A write of a key the connection follows
+//! therefore comes back as an invalidation push, right after the write's
+//! reply: Redis holds the invalidations a command causes for its own
+//! connection until its reply is written. That report tells nothing new:
+//! the write was acknowledged from memory, and everything that needed to
+//! hear of it (the L1, tracking clients, peers) did then. Passed on, it
+//! would reach a tracking client that read the key after the
+//! acknowledgement as a change it never saw.
+//!
+//! Which push is such an echo: one naming key `k` that arrives after the
+//! reply of our write of `k` and before the next reply. It cannot be
+//! another writer's: Redis sends one invalidation per registration and
+//! drops the registration with it, our write took it, and only a read on
+//! this connection (a later command, whose reply would come first)
+//! registers `k` again. An earlier writer's push came before our write's
+//! reply. So such keys are not passed on to tracking clients (the L1
+//! still forgets them: Redis no longer follows them on this connection,
+//! in any database); the other keys in the push are applied as usual.
+//! Under BCAST (`NOLOOP`, no echo) every change is reported whoever made
+//! it, so this holds for optin only. With more than one fill connection
+//! a key registered on another one than the writes travel on is reported
+//! there, at no place that tells it from another writer's change: that
+//! echo still reaches tracking clients that read the key since.
+
+use bytes::Bytes;
+use sidecache_resp::frame::{Scanner, Value};
+use smallvec::SmallVec;
+
+/// Where the last reply came from: a write-behind batch (its payload) and
+/// the command of it (its index), kept until the next reply.
+#[derive(Debug, Default)]
+pub(super) struct Echo {
+    last: Option<(Bytes, usize)>,
+    /// The command the scan of `last`'s payload stopped at, and where.
+    cursor: (usize, usize),
+}
+
+impl Echo {
+    /// A reply arrived: of command `n` of `payload` when it is a
+    /// write-behind batch's.
+    pub(super) fn reply(&mut self, payload: Option<&Bytes>, n: usize) {
+        match payload {
+            Some(p) => {
+                let same = self
+                    .last
+                    .as_ref()
+                    .is_some_and(|(q, _)| q.as_ptr() == p.as_ptr() && q.len() == p.len());
+                if !same {
+                    self.cursor = (0, 0);
+                    self.last = Some((p.clone(), n));
+                } else if let Some(last) = self.last.as_mut() {
+                    last.1 = n;
+                }
+            }
+            None => self.last = None,
+        }
+    }
+
+    /// The keys the command of the last reply wrote (SET, SETEX, PSETEX,
+    /// MSET: what write-behind sends); none after any other reply.
+    pub(super) fn written(&mut self) -> SmallVec<[Bytes; 2]> {
+        let mut out = SmallVec::new();
+        let Some((payload, n)) = &self.last else {
+            return out;
+        };
+        let (mut at, mut offset) = self.cursor;
+        if at > *n {
+            (at, offset) = (0, 0);
+        }
+        while at < *n {
+            match Scanner::new().scan(&payload[offset..]) {
+                Ok(Some(len)) => offset += len,
+                _ => return out,
+            }
+            at += 1;
+        }
+        self.cursor = (at, offset);
+        let Ok(Some(len)) = Scanner::new().scan(&payload[offset..]) else {
+            return out;
+        };
+        let Ok(Value::Array(items)) = Value::decode(&payload.slice(offset..offset + len)) else {
+            return out;
+        };
+        let args: SmallVec<[Bytes; 4]> = items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::Bulk(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        let Some(name) = args.first() else {
+            return out;
+        };
+        if name.eq_ignore_ascii_case(b"mset") {
+            out.extend(args.iter().skip(1).step_by(2).cloned());
+        } else if [&b"set"[..], b"setex", b"psetex"]
+            .iter()
+            .any(|c| name.eq_ignore_ascii_case(c))
+        {
+            out.extend(args.get(1).cloned());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(args: &[&str]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn the_keys_of_the_write_just_answered() {
+        let mut payload = Vec::new();
+        payload.extend(cmd(&["SET", "a", "1"]));
+        payload.extend(cmd(&["MSET", "b", "2", "c", "3"]));
+        payload.extend(cmd(&["PSETEX", "d", "10", "4"]));
+        payload.extend(cmd(&["PING"]));
+        let p = Bytes::from(payload);
+        let mut e = Echo::default();
+        let keys = |e: &mut Echo| -> Vec<String> {
+            e.written()
+                .iter()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect()
+        };
+        assert!(keys(&mut e).is_empty());
+        e.reply(Some(&p), 0);
+        assert_eq!(keys(&mut e), ["a"]);
+        e.reply(Some(&p), 1);
+        assert_eq!(keys(&mut e), ["b", "c"]);
+        assert_eq!(keys(&mut e), ["b", "c"]);
+        e.reply(Some(&p), 2);
+        assert_eq!(keys(&mut e), ["d"]);
+        e.reply(Some(&p), 3);
+        assert!(keys(&mut e).is_empty());
+        // Another connection's reply in between: no echo.
+        e.reply(None, 0);
+        assert!(keys(&mut e).is_empty());
+        // A new batch starts its scan again.
+        let q = Bytes::from(cmd(&["SET", "z", "9"]));
+        e.reply(Some(&q), 0);
+        assert_eq!(keys(&mut e), ["z"]);
+    }
+}
