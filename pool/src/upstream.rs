@@ -297,6 +297,17 @@ impl Upstream {
         self.inner.hub.as_deref().map(|h| &h.stats)
     }
 
+    /// A client of the proxy tracks keys: Redis's reports of the proxy's
+    /// own write-behind writes are told apart from then on, so they do
+    /// not reach such clients as changes (see `crate::conn::mux`'s
+    /// `echo`). Never turned off again.
+    pub fn filter_echoes(&self) {
+        if let Some(h) = &self.inner.hub {
+            h.echo_wanted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// The hub of per-master tracking channels (none in peer mode, where
     /// the hub serves the one peer channel).
     fn tracking_hub(&self) -> Option<&Arc<Hub>> {

@@ -233,6 +233,11 @@ pub(crate) struct Hub {
     pub(crate) handshake: Bytes,
     pub(crate) listener: OnceLock<Arc<dyn CoherenceListener>>,
     pub(crate) stats: CoherenceStats,
+    /// Some client of the proxy tracked keys (CLIENT TRACKING): the echoes
+    /// of our own writes are told apart from then on (see
+    /// `crate::conn::mux`'s `echo`; it costs each write-behind batch a
+    /// reference to its payload until answered).
+    pub(crate) echo_wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Hub {
@@ -256,6 +261,7 @@ impl Hub {
             handshake,
             listener: OnceLock::new(),
             stats: CoherenceStats::default(),
+            echo_wanted: AtomicBool::new(false),
         }
     }
 
@@ -340,6 +346,12 @@ impl Channel {
 
     pub(crate) fn handshake(&self) -> &Bytes {
         &self.hub.handshake
+    }
+
+    /// Whether this connection's write-behind echoes are to be told apart
+    /// (optin, and a client of the proxy tracks keys).
+    pub(crate) fn wants_echoes(&self) -> bool {
+        self.hub.mode == TrackingMode::Optin && self.hub.echo_wanted.load(Ordering::Relaxed)
     }
 
     /// The kind of tracking this channel serves.

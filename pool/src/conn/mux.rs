@@ -297,8 +297,8 @@ async fn run_connected(
     let mut armed_at: u64 = 0;
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     // An optin tracking connection: its write-behind batches are kept
-    // until answered, to know Redis's reports of them (`echo`).
-    let optin = channel.is_some_and(|c| c.mode() == TrackingMode::Optin);
+    // until answered, to know Redis's reports of them (`echo`), once a
+    // client of the proxy tracks keys.
     let lost = |reason: String| Error::ConnectionLost {
         addr: addr.to_string(),
         reason,
@@ -440,7 +440,8 @@ async fn run_connected(
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
                     sink: Sink::Caller(req.reply),
-                    payload: (req.gathered && optin).then(|| req.payload.clone()),
+                    payload: (req.gathered && channel.is_some_and(|c| c.wants_echoes()))
+                        .then(|| req.payload.clone()),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
                     entry.sink.fail(lost("reader stopped".into()));
@@ -526,6 +527,9 @@ async fn read_loop(
         .as_ref()
         .is_some_and(|c| c.mode() == TrackingMode::Optin);
     let mut echo = echo::Echo::default();
+    // The last request answered, when a write-behind batch: its payload
+    // and the index of its last command.
+    let mut last_done: Option<(Bytes, usize)> = None;
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
     let lost = |reason: String| Error::ConnectionLost {
@@ -540,7 +544,16 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            ch.on_push(&frame, &echo.written());
+                            // The reply before it: of the batch being
+                            // answered, or of the last one answered.
+                            let before = match &current {
+                                Some(c) if !c.frames.is_empty() => {
+                                    c.payload.as_ref().map(|p| (p, c.frames.len() - 1))
+                                }
+                                _ => last_done.as_ref().map(|(p, n)| (p, *n)),
+                            };
+                            let own = before.map(|(p, n)| echo.written(p, n)).unwrap_or_default();
+                            ch.on_push(&frame, &own);
                         }
                         continue;
                     }
@@ -564,10 +577,10 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
-                    if optin {
-                        echo.reply(cur.payload.as_ref(), cur.frames.len() - 1);
-                    }
                     if cur.frames.len() >= cur.count {
+                        if optin {
+                            last_done = cur.payload.take().map(|p| (p, cur.count - 1));
+                        }
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {
                             Sink::Caller(tx) => {

@@ -62,6 +62,7 @@ impl Client {
             };
             self.subs_mut();
             self.shared.tracked.enable(self.st.id, sink);
+            self.shared.upstream.filter_echoes();
         } else {
             self.shared.tracked.disable(self.st.id);
             self.tracked_reads.clear();

@@ -30,55 +30,34 @@ use bytes::Bytes;
 use sidecache_resp::frame::{Scanner, Value};
 use smallvec::SmallVec;
 
-/// Where the last reply came from: a write-behind batch (its payload) and
-/// the command of it (its index), kept until the next reply.
+/// Finds the keys of one command of a write-behind batch; remembers where
+/// its scan of the batch stopped, as pushes come in command order.
 #[derive(Debug, Default)]
 pub(super) struct Echo {
-    last: Option<(Bytes, usize)>,
-    /// The command the scan of `last`'s payload stopped at, and where.
-    cursor: (usize, usize),
+    /// The batch scanned (its start and length), the command the scan
+    /// stopped at, and where.
+    cursor: (usize, usize, usize, usize),
 }
 
 impl Echo {
-    /// A reply arrived: of command `n` of `payload` when it is a
-    /// write-behind batch's.
-    pub(super) fn reply(&mut self, payload: Option<&Bytes>, n: usize) {
-        match payload {
-            Some(p) => {
-                let same = self
-                    .last
-                    .as_ref()
-                    .is_some_and(|(q, _)| q.as_ptr() == p.as_ptr() && q.len() == p.len());
-                if !same {
-                    self.cursor = (0, 0);
-                    self.last = Some((p.clone(), n));
-                } else if let Some(last) = self.last.as_mut() {
-                    last.1 = n;
-                }
-            }
-            None => self.last = None,
-        }
-    }
-
-    /// The keys the command of the last reply wrote (SET, SETEX, PSETEX,
-    /// MSET: what write-behind sends); none after any other reply.
-    pub(super) fn written(&mut self) -> SmallVec<[Bytes; 2]> {
+    /// The keys command `n` of `payload` wrote (SET, SETEX, PSETEX, MSET:
+    /// what write-behind sends); none for anything else.
+    pub(super) fn written(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 2]> {
         let mut out = SmallVec::new();
-        let Some((payload, n)) = &self.last else {
-            return out;
+        let id = (payload.as_ptr() as usize, payload.len());
+        let (mut at, mut offset) = if (self.cursor.0, self.cursor.1) == id && self.cursor.2 <= n {
+            (self.cursor.2, self.cursor.3)
+        } else {
+            (0, 0)
         };
-        let (mut at, mut offset) = self.cursor;
-        if at > *n {
-            (at, offset) = (0, 0);
-        }
-        while at < *n {
+        while at < n {
             match Scanner::new().scan(&payload[offset..]) {
                 Ok(Some(len)) => offset += len,
                 _ => return out,
             }
             at += 1;
         }
-        self.cursor = (at, offset);
+        self.cursor = (id.0, id.1, at, offset);
         let Ok(Some(len)) = Scanner::new().scan(&payload[offset..]) else {
             return out;
         };
@@ -128,28 +107,22 @@ mod tests {
         payload.extend(cmd(&["PING"]));
         let p = Bytes::from(payload);
         let mut e = Echo::default();
-        let keys = |e: &mut Echo| -> Vec<String> {
-            e.written()
+        let mut keys = |p: &Bytes, n: usize| -> Vec<String> {
+            e.written(p, n)
                 .iter()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
                 .collect()
         };
-        assert!(keys(&mut e).is_empty());
-        e.reply(Some(&p), 0);
-        assert_eq!(keys(&mut e), ["a"]);
-        e.reply(Some(&p), 1);
-        assert_eq!(keys(&mut e), ["b", "c"]);
-        assert_eq!(keys(&mut e), ["b", "c"]);
-        e.reply(Some(&p), 2);
-        assert_eq!(keys(&mut e), ["d"]);
-        e.reply(Some(&p), 3);
-        assert!(keys(&mut e).is_empty());
-        // Another connection's reply in between: no echo.
-        e.reply(None, 0);
-        assert!(keys(&mut e).is_empty());
-        // A new batch starts its scan again.
+        assert_eq!(keys(&p, 0), ["a"]);
+        assert_eq!(keys(&p, 1), ["b", "c"]);
+        assert_eq!(keys(&p, 1), ["b", "c"]);
+        assert_eq!(keys(&p, 2), ["d"]);
+        assert!(keys(&p, 3).is_empty());
+        // Past the end: nothing.
+        assert!(keys(&p, 9).is_empty());
+        // Back to an earlier command, and another batch: scanned afresh.
+        assert_eq!(keys(&p, 0), ["a"]);
         let q = Bytes::from(cmd(&["SET", "z", "9"]));
-        e.reply(Some(&q), 0);
-        assert_eq!(keys(&mut e), ["z"]);
+        assert_eq!(keys(&q, 0), ["z"]);
     }
 }
