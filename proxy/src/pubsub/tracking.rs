@@ -147,7 +147,7 @@ struct Inner {
     /// 0, client, prefix, key).
     held: Vec<(u64, u64, usize, Bytes)>,
     /// Per BCAST client, what it heard of each key since its last read
-    /// was dispatched ([`TOLD`], [`SENT`]).
+    /// was dispatched ([`TOLD`], [`SENT`], [`FORGOT`]).
     told: HashMap<u64, HashMap<Bytes, u8>>,
     /// Keys written through sidecache with a time to live that a tracking
     /// client follows, by when they expire (see [`Tracked::expire_at`]).
@@ -381,10 +381,8 @@ impl Tracked {
         };
         for key in keys {
             if let Some(ids) = g.keys.remove(key) {
-                if spared.is_some_and(|o| ids.contains(&o)) {
-                    if let Some(o) = spared {
-                        g.keys.insert(key.clone(), smallvec::smallvec![o]);
-                    }
+                if let Some(o) = spared.filter(|o| ids.contains(o)) {
+                    g.keys.insert(key.clone(), smallvec::smallvec![o]);
                 }
                 // A client that read the key and then switched to BCAST
                 // hears of it only as BCAST (as Redis skips it).
