@@ -198,19 +198,13 @@ impl Client {
             self.push_inval(inval);
             return false;
         }
-        let lane = self.fill_lane_of(node, &args[first]);
-        let b = &mut self.fills[lane];
-        b.reads += 1;
-        b.buf.extend_from_slice(super::cache::CACHING_YES);
-        b.buf.extend_from_slice(&req.raw);
-        b.count += 2;
-        let idx = (b.count - 2) as u32;
+        let (lane, idx) = self.enqueue_caching(node, &args[first], &req.raw, 1);
         let db = self.st.db;
         for k in &keys {
             self.fill_reads.push((db, k.clone()));
         }
         self.pending.push(Pending::Script(Box::new(ScriptFill {
-            lane: lane as u32,
+            lane,
             idx,
             slot,
             cmd: req.raw.clone(),
@@ -326,17 +320,30 @@ impl Client {
             .last()
             .map(|(_, k, _)| k.clone())
             .unwrap_or_default();
-        let lane = self.fill_lane_of(node, &key);
+        let (lane, caching) = self.enqueue_caching(node, &key, block, count);
+        for (db, k, _) in &self.tracked_reads {
+            self.fill_reads.push((*db, k.clone()));
+        }
+        (lane, caching + 1)
+    }
+
+    /// `block` (`count` commands) on the fill lane of `key` on `node`,
+    /// after `CLIENT CACHING YES`: the lane, and the index of the
+    /// `CLIENT CACHING` reply (the block's come after it).
+    fn enqueue_caching(
+        &mut self,
+        node: usize,
+        key: &[u8],
+        block: &[u8],
+        count: usize,
+    ) -> (u32, u32) {
+        let lane = self.fill_lane_of(node, key);
         let b = &mut self.fills[lane];
         b.reads += 1;
         b.buf.extend_from_slice(super::cache::CACHING_YES);
         b.buf.extend_from_slice(block);
         b.count += 1 + count;
-        let idx = (b.count - count) as u32;
-        for (db, k, _) in &self.tracked_reads {
-            self.fill_reads.push((*db, k.clone()));
-        }
-        (lane as u32, idx)
+        (lane as u32, (b.count - 1 - count) as u32)
     }
 
     /// EXEC is sent: the transaction's reads run now, not when they were
