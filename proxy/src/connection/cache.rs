@@ -442,10 +442,26 @@ impl Client {
     /// until they are proven to hold the write (see
     /// `sidecache_pool::replica`).
     pub(super) fn apply(&self, inval: &Inval) {
+        self.apply_sparing(inval, false);
+    }
+
+    /// [`Client::apply`]; `spare`: the write was this client's script run
+    /// where Redis follows what it read, so this client keeps its
+    /// registrations and hears of real changes from Redis
+    /// ([`crate::pubsub::tracking::Tracked::invalidate_sparing`]).
+    pub(super) fn apply_sparing(&self, inval: &Inval, spare: bool) {
         if self.replica_reads {
             self.stamp_written(inval);
         }
         match inval {
+            Inval::Keys(keys) if spare => {
+                for k in keys {
+                    self.shared.drop_cached(self.st.db, k);
+                }
+                if self.shared.tracked.active() {
+                    self.shared.tracked.invalidate_sparing(keys, self.st.id);
+                }
+            }
             Inval::Keys(keys) => {
                 for k in keys {
                     self.shared.invalidate_from(self.st.db, k, Some(self.st.id));

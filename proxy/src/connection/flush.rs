@@ -417,7 +417,13 @@ impl Client {
     /// A write was acknowledged upstream: its invalidation applied again,
     /// and published to the peers (peer channel).
     pub(super) async fn invalidated(&mut self, inval: super::Inval) {
-        self.apply(&inval);
+        self.invalidated_sparing(inval, false).await;
+    }
+
+    /// [`Client::invalidated`], sparing this client (see
+    /// [`Client::apply_sparing`]).
+    pub(super) async fn invalidated_sparing(&mut self, inval: super::Inval, spare: bool) {
+        self.apply_sparing(&inval, spare);
         if self.shared.upstream.peer().is_some() {
             let keys = match &inval {
                 super::Inval::Keys(k) => Some(&k[..]),

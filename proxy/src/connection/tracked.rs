@@ -186,10 +186,10 @@ impl Client {
             }
         };
         if !self.pending.is_empty() {
-            // The reads registered for this script wait for its reply.
-            let mut held = keys.len().min(self.tracked_reads.len());
-            held = self.tracked_reads.len() - held;
-            let reads = self.tracked_reads.split_off(held);
+            // The reads registered for this script (the last ones) wait
+            // for its reply.
+            let at = self.tracked_reads.len().saturating_sub(keys.len());
+            let reads = self.tracked_reads.split_off(at);
             self.flush().await;
             self.tracked_reads.extend(reads);
         }
@@ -261,29 +261,12 @@ impl Client {
                 true
             }
         };
-        match sf.inval {
-            // What the script may have written leaves the L1 and reaches
-            // peers and other tracking clients, as any write's. Its caller
-            // keeps what the script registered for it: Redis reports the
-            // keys the script read (and so follows for the lane) when they
-            // change, its own writes included, as Redis tells the caller.
-            Some(Inval::Keys(keys)) if followed => {
-                if self.replica_reads {
-                    self.stamp_written(&Inval::Keys(keys.clone()));
-                }
-                for k in &keys {
-                    self.shared.l1.invalidate(sf.db, k);
-                    self.shared.flights.forget(sf.db, k);
-                }
-                if self.shared.tracked.active() {
-                    self.shared.tracked.invalidate_sparing(&keys, self.st.id);
-                }
-                if self.shared.upstream.peer().is_some() {
-                    self.shared.upstream.publish_written(Some(&keys[..])).await;
-                }
-            }
-            Some(inval) => self.invalidated(inval).await,
-            None => {}
+        // What the script may have written leaves the L1 and reaches peers
+        // and tracking clients, as any write's; its caller keeps what the
+        // script registered for it when Redis follows it (Redis reports the
+        // keys the script read when they change, its own writes included).
+        if let Some(inval) = sf.inval {
+            self.invalidated_sparing(inval, followed).await;
         }
         failed
     }

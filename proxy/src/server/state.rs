@@ -218,6 +218,18 @@ impl Shared {
         }
     }
 
+    /// Drops `keys` from the L1 in every database and forgets their
+    /// flights, telling no tracking client (invalidation channels name
+    /// keys, not databases).
+    fn forget_everywhere(&self, keys: &[Bytes]) {
+        for k in keys {
+            self.l1.for_used_dbs(|db| {
+                self.l1.invalidate(db, k);
+                self.flights.forget(db, k);
+            });
+        }
+    }
+
     /// Drops a key from the L1 and forgets its flight, telling no tracking
     /// client: the write is not made yet (its acknowledgement tells them).
     pub fn drop_cached(&self, db: u16, key: &Bytes) {
@@ -326,12 +338,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
         let Some(shared) = self.0.upgrade() else {
             return;
         };
-        for k in keys {
-            shared.l1.for_used_dbs(|db| {
-                shared.l1.invalidate(db, k);
-                shared.flights.forget(db, k);
-            });
-        }
+        shared.forget_everywhere(keys);
         shared.tracked.invalidate_learned(keys);
         shared.tracked.release(0);
     }
@@ -341,14 +348,8 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
     /// are not told again of a write they were told of at its
     /// acknowledgement (and may have read since).
     fn invalidate_echo(&self, keys: &[Bytes]) {
-        let Some(shared) = self.0.upgrade() else {
-            return;
-        };
-        for k in keys {
-            shared.l1.for_used_dbs(|db| {
-                shared.l1.invalidate(db, k);
-                shared.flights.forget(db, k);
-            });
+        if let Some(shared) = self.0.upgrade() {
+            shared.forget_everywhere(keys);
         }
     }
 

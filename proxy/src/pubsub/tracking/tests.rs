@@ -30,6 +30,29 @@ fn drain(rx: &mut Receiver<Delivery>) -> Vec<String> {
     out
 }
 
+/// Client 1 tracks in BCAST mode, client 2 in BCAST NOLOOP; their
+/// messages.
+fn bcast_pair(h: &Hub) -> (Tracked, Receiver<Delivery>, Receiver<Delivery>) {
+    let t = Tracked::default();
+    let (o1, r1) = Outbox::new(h);
+    let (o2, r2) = Outbox::new(h);
+    t.add_outbox(1, &o1);
+    t.add_outbox(2, &o2);
+    let bcast = Sink {
+        bcast: true,
+        ..Sink::default()
+    };
+    t.enable(1, bcast.clone());
+    t.enable(
+        2,
+        Sink {
+            noloop: true,
+            ..bcast
+        },
+    );
+    (t, r1, r2)
+}
+
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
@@ -125,23 +148,7 @@ fn bcast_keys_go_as_one_message_per_prefix() {
 #[test]
 fn redis_echo_of_a_write_told_of_is_not_sent_again() {
     let h = hub();
-    let t = Tracked::default();
-    let (o1, mut r1) = Outbox::new(&h);
-    let (o2, mut r2) = Outbox::new(&h);
-    t.add_outbox(1, &o1);
-    t.add_outbox(2, &o2);
-    let bcast = Sink {
-        bcast: true,
-        ..Sink::default()
-    };
-    t.enable(1, bcast.clone());
-    t.enable(
-        2,
-        Sink {
-            noloop: true,
-            ..bcast
-        },
-    );
+    let (t, mut r1, mut r2) = bcast_pair(&h);
     // Client 2 writes k (an MSET of k and j): 1 is told, 2 is not
     // (NOLOOP); Redis's echo of it tells neither again.
     t.invalidate(&[b("k"), b("j")], Some(2));
@@ -279,23 +286,7 @@ fn redirects_forget_and_the_table_bound() {
 #[test]
 fn a_read_sent_a_message_while_in_flight_gets_no_second_one() {
     let h = hub();
-    let t = Tracked::default();
-    let (o1, mut r1) = Outbox::new(&h);
-    let (o2, mut r2) = Outbox::new(&h);
-    t.add_outbox(1, &o1);
-    t.add_outbox(2, &o2);
-    let bcast = Sink {
-        bcast: true,
-        ..Sink::default()
-    };
-    t.enable(1, bcast.clone());
-    t.enable(
-        2,
-        Sink {
-            noloop: true,
-            ..bcast
-        },
-    );
+    let (t, mut r1, mut r2) = bcast_pair(&h);
     // Both read k (dispatched); an expiry of k is sent to both while the
     // reads are in flight: the reads' own messages are not sent again.
     t.touch(1);
