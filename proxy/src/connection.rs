@@ -149,6 +149,12 @@ enum Pending {
     Control(Bytes),
     /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
     Kill(Bytes),
+    /// After a `CONFIG SET` of `tracking-table-max-keys` (answers nothing):
+    /// the keys Redis then stops following for sidecache are applied
+    /// before the batch is answered ([`sidecache_pool::Upstream::settle_tracking`]),
+    /// so a tracking client hears of them before its next reply, as from
+    /// Redis.
+    Settle,
     /// A write-behind write recorded in the write journal as this
     /// sequence number: `+OK` once the journal holds it (`-MISCONF` if it
     /// cannot).
@@ -190,7 +196,7 @@ impl Pending {
     /// that answer no command.
     fn path(&self) -> Option<Path> {
         match self {
-            Pending::Invalidate(_) => None,
+            Pending::Invalidate(_) | Pending::Settle => None,
             Pending::Local(_) | Pending::Journalled(_) => Some(Path::Local),
             Pending::Value(_) | Pending::Read { .. } => Some(Path::L1Hit),
             Pending::Mget(items) if items.iter().all(|i| matches!(i, MgetItem::Hit(_))) => {

@@ -384,6 +384,42 @@ async fn optin_reads_inside_a_transaction_are_tracked() {
     proxy.stop().await;
 }
 
+/// Redis applies a lowered `tracking-table-max-keys` at its next command
+/// and tells the readers of the keys it stops following before that
+/// command's reply (Redis's regression test #11715): through sidecache,
+/// a client in MULTI hears of it before its next QUEUED too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_tracking_table_bound_is_told_before_the_next_reply() {
+    let redis = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut admin = TcpStream::connect(redis.addr()).await.unwrap();
+    // Only commands evict, as in Redis's test: no cron.
+    assert_eq!(one(&mut admin, "DEBUG PAUSE-CRON 1").await, "+OK\r\n");
+    for addr in [redis.addr(), proxy.addr.to_string()] {
+        let mut c = TcpStream::connect(&addr).await.unwrap();
+        one(&mut c, "CONFIG SET tracking-table-max-keys 2").await;
+        let mut t = TcpStream::connect(&addr).await.unwrap();
+        one(&mut t, "HELLO 3").await;
+        one(&mut t, "CLIENT TRACKING ON").await;
+        assert_eq!(one(&mut t, "MGET 1{tag} 2{tag}").await, "*2\r\n_\r\n_\r\n");
+        one(&mut t, "MULTI").await;
+        assert_eq!(
+            one(&mut c, "CONFIG SET tracking-table-max-keys 1").await,
+            "+OK\r\n"
+        );
+        let got = one(&mut t, "PING").await + &arrived(&mut t, WAIT).await;
+        assert!(
+            got == format!("{}+QUEUED\r\n", push("1{tag}"))
+                || got == format!("{}+QUEUED\r\n", push("2{tag}")),
+            "{addr}: {got:?}"
+        );
+        one(&mut t, "DISCARD").await;
+        one(&mut c, "CONFIG SET tracking-table-max-keys 1000000").await;
+    }
+    one(&mut admin, "DEBUG PAUSE-CRON 0").await;
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_tracking_clients_hear_of_every_master() {
     let cluster = Cluster::start();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Upstream;
+use crate::coherence::tracking::HEARTBEAT_TIMEOUT;
 use crate::error::{Error, Result};
 
 impl Upstream {
@@ -71,5 +72,35 @@ impl Upstream {
             out.push(c.await.unwrap_or(Err(Error::Closed)));
         }
         out
+    }
+
+    /// Optin tracking: pings every master's fill connections and waits
+    /// for the answers (at most [`HEARTBEAT_TIMEOUT`]). Redis applies a
+    /// lowered `tracking-table-max-keys` when it next runs a command, and
+    /// pushes the invalidations of the keys it so forgets on the
+    /// connections that registered them before that command's reply: once
+    /// this returns, those pushes have been read and applied. Without
+    /// optin tracking it returns at once; a lane that fails is skipped
+    /// (its loss clears the master's part of the L1 anyway).
+    pub async fn settle_tracking(&self) {
+        let topo = self.topology();
+        let mut waits = Vec::new();
+        for node in topo.nodes() {
+            for lane in 0..self.fill_connections() {
+                let Some(conn) = self.fill_conn(node, lane) else {
+                    continue;
+                };
+                let ping = Bytes::from_static(b"*1\r\n$4\r\nPING\r\n");
+                if let Ok(rx) = conn.submit(ping, 1).await {
+                    waits.push(rx);
+                }
+            }
+        }
+        let _ = tokio::time::timeout(HEARTBEAT_TIMEOUT, async {
+            for rx in waits {
+                let _ = rx.await;
+            }
+        })
+        .await;
     }
 }

@@ -179,6 +179,9 @@ impl Client {
         if let Some(inval) = inval {
             self.pending.push(Pending::Invalidate(inval));
         }
+        if info.name == "config|set" && self.shared.tracked.active() && sets_tracking_limit(args) {
+            self.pending.push(Pending::Settle);
+        }
         Flow::Continue
     }
 
@@ -357,3 +360,11 @@ fn replica_readable(info: &CommandInfo) -> bool {
 /// replica's `OBJECT ENCODING` of an appended string, its `XINFO GROUPS`
 /// `entries-read`): these stay on the master.
 const NODE_LOCAL: &[&str] = &["object", "memory", "xinfo", "debug"];
+
+/// Whether a `CONFIG SET` names `tracking-table-max-keys`.
+fn sets_tracking_limit(args: &[Bytes]) -> bool {
+    args.iter()
+        .skip(2)
+        .step_by(2)
+        .any(|p| p.eq_ignore_ascii_case(b"tracking-table-max-keys"))
+}

@@ -333,6 +333,7 @@ impl Client {
             Pending::Tx(t) => self.reply_tx(*t).await,
             Pending::Script(sf) => return self.reply_script(*sf).await,
             Pending::Invalidate(inval) => self.invalidated(inval).await,
+            Pending::Settle => self.shared.upstream.settle_tracking().await,
             Pending::Up {
                 node,
                 idx,
