@@ -308,6 +308,17 @@ impl Upstream {
         }
     }
 
+    /// This proxy writes `keys` (a write-behind write acknowledged, a
+    /// forwarded write dispatched or acknowledged): under optin, once a
+    /// client of the proxy tracks keys, Redis's next report of each is
+    /// taken for this write's echo unless a read of the key is answered
+    /// on a tracking connection first (see `crate::conn::mux`'s `echo`).
+    pub fn expect_echoes(&self, keys: &[Bytes]) {
+        if let Some(h) = self.tracking_hub() {
+            h.expect_echoes(keys);
+        }
+    }
+
     /// The hub of per-master tracking channels (none in peer mode, where
     /// the hub serves the one peer channel).
     fn tracking_hub(&self) -> Option<&Arc<Hub>> {

@@ -384,6 +384,64 @@ async fn optin_reads_inside_a_transaction_are_tracked() {
     proxy.stop().await;
 }
 
+/// What a REDIRECT target hears when keys sidecache follows (on either
+/// fill connection) are written through it and read back at once, in
+/// database `db`, then changed by another writer: through sidecache,
+/// Redis's report of sidecache's own write must not reach the client as a
+/// change it did not see.
+async fn own_writes_then_others(addr: &str, writer: &str, db: u16) -> Vec<String> {
+    let keys: Vec<String> = (0..20).map(|i| format!("own{db}:{i}")).collect();
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    one(&mut w, &format!("SELECT {db}")).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    one(&mut s, &format!("SELECT {db}")).await;
+    for k in &keys {
+        one(&mut w, &format!("SET {k} 0")).await;
+        // Read through sidecache: it follows the key from now on.
+        one(&mut s, &format!("GET {k}")).await;
+    }
+    let mut r = TcpStream::connect(addr).await.unwrap();
+    let id = one(&mut r, "CLIENT ID").await;
+    let id = id.trim_start_matches(':').trim_end();
+    one(&mut r, "SUBSCRIBE __redis__:invalidate").await;
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, &format!("SELECT {db}")).await;
+    one(&mut t, &format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    let mut seen = Vec::new();
+    for k in &keys {
+        one(&mut s, &format!("SET {k} 1")).await;
+        seen.push(one(&mut t, &format!("GET {k}")).await);
+    }
+    if addr != writer {
+        support::drained(addr).await;
+    }
+    seen.push(arrived(&mut r, WAIT).await);
+    for k in &keys {
+        one(&mut w, &format!("SET {k} 2")).await;
+    }
+    seen.push(arrived(&mut r, WAIT).await);
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_writes_are_not_reported_again_in_any_database() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    for db in [0, 9] {
+        let direct = own_writes_then_others(&redis.addr(), &redis.addr(), db).await;
+        let through = own_writes_then_others(&proxy.addr.to_string(), &redis.addr(), db).await;
+        let n = direct.len();
+        // Nothing after the writes through the proxy; every key's message
+        // after the other writer's.
+        assert_eq!(direct[n - 2], "", "db {db}");
+        assert_eq!(direct[n - 1].matches("invalidate").count(), 20, "db {db}");
+        for (i, (d, p)) in direct.iter().zip(&through).enumerate() {
+            assert_eq!(sorted_lines(p), sorted_lines(d), "db {db} step {i}");
+        }
+    }
+    proxy.stop().await;
+}
+
 /// Redis applies a lowered `tracking-table-max-keys` at its next command
 /// and tells the readers of the keys it stops following before that
 /// command's reply (Redis's regression test #11715): through sidecache,
@@ -418,6 +476,17 @@ async fn a_lowered_tracking_table_bound_is_told_before_the_next_reply() {
     }
     one(&mut admin, "DEBUG PAUSE-CRON 0").await;
     proxy.stop().await;
+}
+
+/// The RESP2 pub/sub messages of `s` (one per key), sorted.
+fn sorted_lines(s: &str) -> Vec<String> {
+    let mut m: Vec<String> = s
+        .split("*3\r\n")
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    m.sort();
+    m
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -141,8 +141,9 @@
 //!
 //! [`sidecache_l1`'s `begin_fill`]: https://docs.rs/sidecache-l1
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -238,7 +239,26 @@ pub(crate) struct Hub {
     /// `crate::conn::mux`'s `echo`; it costs each write-behind batch a
     /// reference to its payload until answered).
     pub(crate) echo_wanted: AtomicBool,
+    /// Keys of writes made through this proxy whose report Redis may
+    /// still send on another connection than the write's (see
+    /// `crate::conn::mux`'s `echo`, "Echoes elsewhere"); at most
+    /// [`ECHOES_DUE_MAX`].
+    due: Mutex<HashSet<Bytes>>,
 }
+
+/// Bound of the keys whose echo is awaited elsewhere; past it they are all
+/// forgotten (an echo not recognised is only a message too many).
+pub const ECHOES_DUE_MAX: usize = 65_536;
+
+/// Commands that run code, which may read keys it does not name.
+const RUN_CODE: [&[u8]; 6] = [
+    b"eval",
+    b"evalsha",
+    b"eval_ro",
+    b"evalsha_ro",
+    b"fcall",
+    b"fcall_ro",
+];
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -262,7 +282,28 @@ impl Hub {
             listener: OnceLock::new(),
             stats: CoherenceStats::default(),
             echo_wanted: AtomicBool::new(false),
+            due: Mutex::default(),
         }
+    }
+
+    fn due(&self) -> std::sync::MutexGuard<'_, HashSet<Bytes>> {
+        self.due.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Optin, with a client of the proxy tracking: this proxy is writing
+    /// `keys` (acknowledged write-behind writes, forwarded writes at
+    /// dispatch and acknowledgement), so the next report of each is taken
+    /// as this write's echo unless a read of the key is answered first on
+    /// a channel connection (see `crate::conn::mux`'s `echo`).
+    pub(crate) fn expect_echoes(&self, keys: &[Bytes]) {
+        if self.mode != TrackingMode::Optin || !self.echo_wanted.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut due = self.due();
+        if due.len() + keys.len() > ECHOES_DUE_MAX {
+            due.clear();
+        }
+        due.extend(keys.iter().cloned());
     }
 
     pub(crate) fn listener(&self) -> Option<&Arc<dyn CoherenceListener>> {
@@ -354,6 +395,34 @@ impl Channel {
         self.hub.mode == TrackingMode::Optin && self.hub.echo_wanted.load(Ordering::Relaxed)
     }
 
+    /// A channel connection answered a command other than a write-behind
+    /// write, whose arguments were `args` (name first): a read that may
+    /// have registered its keys. Redis reports a change of a key
+    /// registered from now on after this reply, so the key's next report
+    /// is no longer taken for our write's echo. A script or function may
+    /// read keys it does not name: it ends every wait.
+    /// Whether some key's echo is awaited ([`Channel::answered`] has work).
+    pub(crate) fn awaits_echoes(&self) -> bool {
+        !self.hub.due().is_empty()
+    }
+
+    pub(crate) fn answered(&self, args: &[Bytes]) {
+        let mut due = self.hub.due();
+        if due.is_empty() {
+            return;
+        }
+        let runs_code = args
+            .first()
+            .is_some_and(|n| RUN_CODE.iter().any(|c| n.eq_ignore_ascii_case(c)));
+        if runs_code {
+            due.clear();
+            return;
+        }
+        for a in args.iter().skip(1) {
+            due.remove(a);
+        }
+    }
+
     /// The kind of tracking this channel serves.
     pub fn mode(&self) -> TrackingMode {
         self.hub.mode
@@ -436,12 +505,15 @@ impl Channel {
                 let Some(l) = self.hub.listener() else {
                     return;
                 };
-                if own.is_empty() {
+                if own.is_empty() && !self.wants_echoes() {
                     l.invalidate(&keys);
                     return;
                 }
-                let (echoes, news): (Vec<Bytes>, Vec<Bytes>) =
-                    keys.into_iter().partition(|k| own.contains(k));
+                let (echoes, news): (Vec<Bytes>, Vec<Bytes>) = {
+                    let mut due = self.hub.due();
+                    keys.into_iter()
+                        .partition(|k| due.remove(k) | own.contains(k))
+                };
                 stats
                     .echoes
                     .fetch_add(echoes.len() as u64, Ordering::Relaxed);
@@ -466,7 +538,6 @@ impl Channel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     #[derive(Default)]
     struct Seen(Mutex<Vec<String>>);
@@ -558,5 +629,52 @@ mod tests {
         assert_eq!(hub.stats.echoes.load(Ordering::Relaxed), 2);
         assert_eq!(hub.stats.flushes.load(Ordering::Relaxed), 1);
         assert_eq!(hub.stats.channel_losses.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let push = |k: &str| {
+            Bytes::from(format!(
+                ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
+                k.len()
+            ))
+        };
+        let hub = Arc::new(Hub::new(TrackingMode::Optin, &[]));
+        let seen = Arc::new(Seen::default());
+        let l: Arc<dyn CoherenceListener> = seen.clone();
+        assert!(hub.listener.set(l).is_ok());
+        let addr = NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let ch = Channel::new(addr, Arc::clone(&hub));
+        // No client tracks: nothing is awaited.
+        hub.expect_echoes(&[b("a")]);
+        assert!(!ch.awaits_echoes());
+        hub.echo_wanted.store(true, Ordering::Relaxed);
+        hub.expect_echoes(&[b("a"), b("b"), b("c")]);
+        assert!(ch.awaits_echoes());
+        // a's report: its echo, once; the next one is news.
+        ch.on_push(&push("a"), &[]);
+        ch.on_push(&push("a"), &[]);
+        // A read of b answered: b's registration may be new, its report
+        // is news.
+        ch.answered(&[b("GET"), b("b")]);
+        ch.on_push(&push("b"), &[]);
+        // A script may read any key: every wait ends.
+        ch.answered(&[b("EVALSHA"), b("0123"), b("1"), b("x")]);
+        assert!(!ch.awaits_echoes());
+        ch.on_push(&push("c"), &[]);
+        let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(got, vec!["echo a", "a", "b", "c"]);
+        assert_eq!(hub.stats.echoes.load(Ordering::Relaxed), 1);
+        // Past the bound the waits are forgotten, not kept unbounded.
+        let many: Vec<Bytes> = (0..ECHOES_DUE_MAX)
+            .map(|i| Bytes::from(i.to_string()))
+            .collect();
+        hub.expect_echoes(&many);
+        hub.expect_echoes(&[b("z")]);
+        assert_eq!(hub.due().len(), 1);
     }
 }

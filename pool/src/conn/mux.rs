@@ -132,9 +132,12 @@ struct Inflight {
     count: usize,
     frames: Replies,
     sink: Sink,
-    /// A write-behind batch on a tracking connection: what was written,
-    /// to know Redis's report of it (`echo`).
+    /// A request on an optin tracking connection, once a client of the
+    /// proxy tracks keys: what was sent, to know Redis's reports of its
+    /// writes and the reads that may register keys (`echo`).
     payload: Option<Bytes>,
+    /// It is a write-behind batch.
+    writes: bool,
 }
 
 /// Handle to one multiplexed connection; cheap to clone.
@@ -312,6 +315,7 @@ async fn run_connected(
             frames: Vec::with_capacity(1),
             sink: Sink::Tracking,
             payload: None,
+            writes: false,
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
             return Some(lost("registering CLIENT TRACKING failed".into()));
@@ -376,7 +380,7 @@ async fn run_connected(
                 if !auth.encode_auth(&mut p) {
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None, writes: false };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -400,7 +404,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping, payload: None };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping, payload: None, writes: false };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -440,8 +444,10 @@ async fn run_connected(
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
                     sink: Sink::Caller(req.reply),
-                    payload: (req.gathered && channel.is_some_and(|c| c.wants_echoes()))
+                    payload: channel
+                        .is_some_and(|c| c.wants_echoes())
                         .then(|| req.payload.clone()),
+                    writes: req.gathered,
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
                     entry.sink.fail(lost("reader stopped".into()));
@@ -547,9 +553,10 @@ async fn read_loop(
                             // The reply before it: of the batch being
                             // answered, or of the last one answered.
                             let before = match &current {
-                                Some(c) if !c.frames.is_empty() => {
+                                Some(c) if !c.frames.is_empty() && c.writes => {
                                     c.payload.as_ref().map(|p| (p, c.frames.len() - 1))
                                 }
+                                Some(c) if !c.frames.is_empty() => None,
                                 _ => last_done.as_ref().map(|(p, n)| (p, *n)),
                             };
                             let own = before.map(|(p, n)| echo.written(p, n)).unwrap_or_default();
@@ -577,9 +584,20 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
+                    // A read answered may have registered keys whose echo
+                    // was awaited (`echo`, "Echoes elsewhere").
+                    if let (Some(ch), Some(p), false) = (&channel, &cur.payload, cur.writes) {
+                        if ch.awaits_echoes() {
+                            ch.answered(&echo.args(p, cur.frames.len() - 1));
+                        }
+                    }
                     if cur.frames.len() >= cur.count {
                         if optin {
-                            last_done = cur.payload.take().map(|p| (p, cur.count - 1));
+                            last_done = cur
+                                .payload
+                                .take()
+                                .filter(|_| cur.writes)
+                                .map(|p| (p, cur.count - 1));
                         }
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {

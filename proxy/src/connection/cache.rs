@@ -426,6 +426,7 @@ impl Client {
                     self.shared.drop_cached(self.st.db, k);
                 }
                 if self.shared.tracked.active() {
+                    self.shared.upstream.expect_echoes(keys);
                     self.shared.tracked.writing(keys, self.st.id);
                 }
             }

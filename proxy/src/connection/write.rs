@@ -320,9 +320,9 @@ impl Client {
                     .insert_written(db, &args[k], &args[v], deadline, now);
                 self.shared.flights.forget(db, &args[k]);
                 if self.shared.tracked.active() {
-                    self.shared
-                        .tracked
-                        .invalidate(std::slice::from_ref(&args[k]), Some(self.st.id));
+                    let keys = std::slice::from_ref(&args[k]);
+                    self.shared.upstream.expect_echoes(keys);
+                    self.shared.tracked.invalidate(keys, Some(self.st.id));
                     if let Expiry::At(_) = plan.expiry {
                         self.shared.tracked.expire_at(&args[k], deadline);
                     }

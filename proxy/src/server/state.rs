@@ -214,7 +214,9 @@ impl Shared {
         self.l1.invalidate(db, key);
         self.flights.forget(db, key);
         if self.tracked.active() {
-            self.tracked.invalidate(std::slice::from_ref(key), origin);
+            let keys = std::slice::from_ref(key);
+            self.upstream.expect_echoes(keys);
+            self.tracked.invalidate(keys, origin);
         }
     }
 

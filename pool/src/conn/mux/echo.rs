@@ -21,10 +21,34 @@
 //! still forgets them: Redis no longer follows them on this connection,
 //! in any database); the other keys in the push are applied as usual.
 //! Under BCAST (`NOLOOP`, no echo) every change is reported whoever made
-//! it, so this holds for optin only. With more than one fill connection
-//! a key registered on another one than the writes travel on is reported
-//! there, at no place that tells it from another writer's change: that
-//! echo still reaches tracking clients that read the key since.
+//! it, so this holds for optin only.
+//!
+//! # Echoes elsewhere
+//! A key registered on another connection than its write travelled on
+//! (the other fill connection; writes of other databases, and forwarded
+//! writes, which travel on connections of their own) is reported there,
+//! where position tells nothing. For those, the hub keeps the keys this
+//! proxy is writing (`Hub::expect_echoes`: at a write-behind write's
+//! acknowledgement, at a forwarded write's dispatch and acknowledgement,
+//! once a client of the proxy tracks keys), and takes the next report of
+//! each for its echo, unless a read of the key is answered on a tracking
+//! connection first (`Channel::answered`, for every reply of a request
+//! that is not a write-behind batch; a script or function ends every
+//! wait). Why such a report tells no tracking client anything new:
+//! - A registration made before the write is taken by the first write of
+//!   the key after it, ours or another's. If ours: the echo. If another's,
+//!   `F`, before ours: ours overwrote `F`'s value, and every reader of
+//!   this proxy was told of ours at its acknowledgement or read it since.
+//!   Either way that registration makes exactly one report.
+//! - Any other registration comes from a read whose reply is read after
+//!   the wait began, and Redis writes a read's reply before any report
+//!   of the registration it made, on the same connection: the reply ends
+//!   the wait first, so a later change is passed on.
+//!
+//! So a report is never taken for an echo wrongly; what is missed (a read
+//! answered between a registration and the echo) is one message too many,
+//! as before. The set is bounded ([`crate::coherence::tracking::ECHOES_DUE_MAX`]):
+//! forgetting a wait costs at most such a message.
 
 use bytes::Bytes;
 use sidecache_resp::frame::{Scanner, Value};
@@ -40,10 +64,9 @@ pub(super) struct Echo {
 }
 
 impl Echo {
-    /// The keys command `n` of `payload` wrote (SET, SETEX, PSETEX, MSET:
-    /// what write-behind sends); none for anything else.
-    pub(super) fn written(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 2]> {
-        let mut out = SmallVec::new();
+    /// The arguments of command `n` of `payload` (name first); empty past
+    /// its end.
+    pub(super) fn args(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 4]> {
         let id = (payload.as_ptr() as usize, payload.len());
         let (mut at, mut offset) = if (self.cursor.0, self.cursor.1) == id && self.cursor.2 <= n {
             (self.cursor.2, self.cursor.3)
@@ -53,24 +76,31 @@ impl Echo {
         while at < n {
             match Scanner::new().scan(&payload[offset..]) {
                 Ok(Some(len)) => offset += len,
-                _ => return out,
+                _ => return SmallVec::new(),
             }
             at += 1;
         }
         self.cursor = (id.0, id.1, at, offset);
         let Ok(Some(len)) = Scanner::new().scan(&payload[offset..]) else {
-            return out;
+            return SmallVec::new();
         };
         let Ok(Value::Array(items)) = Value::decode(&payload.slice(offset..offset + len)) else {
-            return out;
+            return SmallVec::new();
         };
-        let args: SmallVec<[Bytes; 4]> = items
+        items
             .into_iter()
             .filter_map(|v| match v {
                 Value::Bulk(b) => Some(b),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    /// The keys command `n` of `payload` wrote (SET, SETEX, PSETEX, MSET:
+    /// what write-behind sends); none for anything else.
+    pub(super) fn written(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 2]> {
+        let mut out = SmallVec::new();
+        let args = self.args(payload, n);
         let Some(name) = args.first() else {
             return out;
         };
