@@ -220,7 +220,7 @@ pub struct CoherenceStats {
     /// Optin: reads sent after `CLIENT CACHING YES` on a channel
     /// connection (each registers its key for this sidecache).
     pub registered_reads: AtomicU64,
-    /// Keys reported back for this sidecache's own write-behind writes
+    /// Keys reported back for this sidecache's own writes
     /// (see `crate::conn::mux`'s `echo`): not passed on to tracking
     /// clients.
     pub echoes: AtomicU64,

@@ -159,7 +159,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_invalidations_received_total", C, &[], "Invalidation messages received (client-tracking pushes, or other sidecaches' peer messages)."),
     fam("sidecache_invalidated_keys_total", C, &[], "Keys named by client-tracking invalidation messages."),
     fam("sidecache_tracking_channel_losses_total", C, &[], "Tracking connections lost (connection broken or heartbeat unanswered; under optin each master has --fill-connections of them); each loss clears that master's part of the L1."),
-    fam("sidecache_tracking_echoes_total", C, &[], "Optin tracking: invalidations Redis sent back for this sidecache's own write-behind writes (dropped: the write was told of when acknowledged)."),
+    fam("sidecache_tracking_echoes_total", C, &[], "Optin tracking: invalidations Redis sent back for this sidecache's own writes (dropped: the write was told of when acknowledged)."),
     fam("sidecache_tracking_registered_reads_total", C, &[], "Optin tracking: reads that fill the L1, sent after CLIENT CACHING YES on a master's tracking connection (each registers its key in Redis's tracking table for this sidecache)."),
     // Upstream.
     fam("sidecache_upstream_info", G, &["mode", "engine", "version"], "Always 1; the upstream mode (standalone or cluster), engine (redis, valkey) and the engine's own version."),
