@@ -303,7 +303,8 @@ impl Hub {
         if due.len() + keys.len() > ECHOES_DUE_MAX {
             due.clear();
         }
-        due.extend(keys.iter().cloned());
+        // Copies: a slice of a request would hold its whole read buffer.
+        due.extend(keys.iter().map(|k| Bytes::copy_from_slice(k)));
     }
 
     pub(crate) fn listener(&self) -> Option<&Arc<dyn CoherenceListener>> {

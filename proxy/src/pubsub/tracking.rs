@@ -276,9 +276,12 @@ impl Tracked {
         if let Some(s) = g.clients.get_mut(&id) {
             s.quiet = false;
         }
-        let ids = g.keys.entry(key.clone()).or_default();
-        if !ids.contains(&id) {
-            ids.push(id);
+        match g.keys.get_mut(key) {
+            Some(ids) if ids.contains(&id) => {}
+            Some(ids) => ids.push(id),
+            None => {
+                g.keys.insert(owned(key), smallvec::smallvec![id]);
+            }
         }
         // Over the bound: forget a key, telling its readers (Redis's
         // tracking-table-max-keys eviction).
@@ -382,7 +385,7 @@ impl Tracked {
         for key in keys {
             if let Some(ids) = g.keys.remove(key) {
                 if let Some(o) = spared.filter(|o| ids.contains(o)) {
-                    g.keys.insert(key.clone(), smallvec::smallvec![o]);
+                    g.keys.insert(owned(key), smallvec::smallvec![o]);
                 }
                 // A client that read the key and then switched to BCAST
                 // hears of it only as BCAST (as Redis skips it).
@@ -547,7 +550,7 @@ impl Tracked {
             return;
         }
         let sooner = g.expiring.peek().is_none_or(|Reverse((t, _))| at < *t);
-        g.expiring.push(Reverse((at, key.clone())));
+        g.expiring.push(Reverse((at, owned(key))));
         if sooner {
             self.expiry_wake.notify_one();
         }
@@ -638,7 +641,19 @@ fn mark_told(told: &mut HashMap<u64, HashMap<Bytes, u8>>, id: u64, key: &Bytes, 
     if set.len() >= MAX_TOLD && !set.contains_key(key) {
         set.clear();
     }
-    *set.entry(key.clone()).or_insert(0) |= how;
+    match set.get_mut(key) {
+        Some(bits) => *bits |= how,
+        None => {
+            set.insert(owned(key), how);
+        }
+    }
+}
+
+/// A key to keep in the table: a copy, not a slice of the request it came
+/// in, which would hold that whole read buffer for as long as the key is
+/// kept.
+fn owned(key: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(key)
 }
 
 /// Sends `key`'s invalidation to each tracking client of `ids`; how many.
