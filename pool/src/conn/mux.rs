@@ -61,7 +61,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Auth;
 use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
-use crate::config::TrackingMode;
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::{Connector, ReadHalf, WriteHalf};
 use crate::conn::health::{Health, SUSPECT_AFTER};
@@ -526,16 +525,8 @@ async fn read_loop(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut scanner = Scanner::new();
     let mut current: Option<Inflight> = None;
-    // Our own write-behind writes as Redis reports them back (optin:
-    // under BCAST every change is reported, whoever made it, so where a
-    // push comes says nothing).
-    let optin = channel
-        .as_ref()
-        .is_some_and(|c| c.mode() == TrackingMode::Optin);
-    let mut echo = echo::Echo::default();
-    // The last request answered, when a write-behind batch: its payload
-    // and the index of its last command.
-    let mut last_done: Option<(Bytes, usize)> = None;
+    // Our own writes as Redis reports them back (`echo`).
+    let mut echoes = echo::Echoes::new(channel.as_deref());
     // `CLIENT TRACKING` acknowledged on this connection.
     let mut registered = false;
     let lost = |reason: String| Error::ConnectionLost {
@@ -550,17 +541,7 @@ async fn read_loop(
                     if frame.first() == Some(&b'>') {
                         // Out-of-band push (RESP3); not a reply.
                         if let Some(ch) = &channel {
-                            // The reply before it: of the batch being
-                            // answered, or of the last one answered.
-                            let before = match &current {
-                                Some(c) if !c.frames.is_empty() && c.writes => {
-                                    c.payload.as_ref().map(|p| (p, c.frames.len() - 1))
-                                }
-                                Some(c) if !c.frames.is_empty() => None,
-                                _ => last_done.as_ref().map(|(p, n)| (p, *n)),
-                            };
-                            let own = before.map(|(p, n)| echo.written(p, n)).unwrap_or_default();
-                            ch.on_push(&frame, &own);
+                            ch.on_push(&frame, &echoes.own(current.as_ref()));
                         }
                         continue;
                     }
@@ -584,21 +565,9 @@ async fn read_loop(
                         },
                     };
                     cur.frames.push(frame);
-                    // A read answered may have registered keys whose echo
-                    // was awaited (`echo`, "Echoes elsewhere").
-                    if let (Some(ch), Some(p), false) = (&channel, &cur.payload, cur.writes) {
-                        if ch.awaits_echoes() {
-                            ch.answered(&echo.args(p, cur.frames.len() - 1));
-                        }
-                    }
+                    echoes.replied(&cur);
                     if cur.frames.len() >= cur.count {
-                        if optin {
-                            last_done = cur
-                                .payload
-                                .take()
-                                .filter(|_| cur.writes)
-                                .map(|p| (p, cur.count - 1));
-                        }
+                        echoes.done(&mut cur);
                         watch.done.fetch_add(1, Ordering::Release);
                         match cur.sink {
                             Sink::Caller(tx) => {

@@ -54,6 +54,72 @@ use bytes::Bytes;
 use sidecache_resp::frame::{Scanner, Value};
 use smallvec::SmallVec;
 
+use super::Inflight;
+use crate::coherence::tracking::Channel;
+use crate::config::TrackingMode;
+
+/// What one connection's reader knows of the echoes of our writes.
+pub(super) struct Echoes<'a> {
+    /// The connection's tracking channel.
+    channel: Option<&'a Channel>,
+    /// Optin: under BCAST every change is reported, whoever made it, so
+    /// where a push comes says nothing.
+    optin: bool,
+    echo: Echo,
+    /// The last request answered, when a write-behind batch: its payload
+    /// and the index of its last command.
+    last_done: Option<(Bytes, usize)>,
+}
+
+impl<'a> Echoes<'a> {
+    pub(super) fn new(channel: Option<&'a Channel>) -> Echoes<'a> {
+        Echoes {
+            channel,
+            optin: channel.is_some_and(|c| c.mode() == TrackingMode::Optin),
+            echo: Echo::default(),
+            last_done: None,
+        }
+    }
+
+    /// The keys a push arriving now would echo: those of the write whose
+    /// reply came just before it (of the batch being answered, `current`,
+    /// or of the last one answered).
+    pub(super) fn own(&mut self, current: Option<&Inflight>) -> SmallVec<[Bytes; 2]> {
+        let before = match current {
+            Some(c) if !c.frames.is_empty() && c.writes => {
+                c.payload.as_ref().map(|p| (p, c.frames.len() - 1))
+            }
+            Some(c) if !c.frames.is_empty() => None,
+            _ => self.last_done.as_ref().map(|(p, n)| (p, *n)),
+        };
+        match before {
+            Some((p, n)) => self.echo.written(p, n),
+            None => SmallVec::new(),
+        }
+    }
+
+    /// A reply of `cur` was read: a read answered may have registered
+    /// keys whose echo was awaited ("Echoes elsewhere").
+    pub(super) fn replied(&mut self, cur: &Inflight) {
+        if let (Some(ch), Some(p), false) = (self.channel, &cur.payload, cur.writes) {
+            if ch.awaits_echoes() {
+                ch.answered(&self.echo.args(p, cur.frames.len() - 1));
+            }
+        }
+    }
+
+    /// `cur` is answered in full.
+    pub(super) fn done(&mut self, cur: &mut Inflight) {
+        if self.optin {
+            self.last_done = cur
+                .payload
+                .take()
+                .filter(|_| cur.writes)
+                .map(|p| (p, cur.count - 1));
+        }
+    }
+}
+
 /// Finds the keys of one command of a write-behind batch; remembers where
 /// its scan of the batch stopped, as pushes come in command order.
 #[derive(Debug, Default)]
