@@ -308,8 +308,9 @@ impl Upstream {
         }
     }
 
-    /// This proxy writes `keys` (a write-behind write acknowledged, a
-    /// forwarded write dispatched or acknowledged): under optin, once a
+    /// This proxy is about to send a write of `keys` (a write-behind write
+    /// acknowledged, a forwarded write dispatched; never later than the
+    /// send, see `crate::conn::mux`'s `echo`): under optin, once a
     /// client of the proxy tracks keys, Redis's next report of each is
     /// taken for this write's echo unless a read of the key is answered
     /// on a tracking connection first (see `crate::conn::mux`'s `echo`).

@@ -290,9 +290,9 @@ impl Hub {
         self.due.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Optin, with a client of the proxy tracking: this proxy is writing
-    /// `keys` (acknowledged write-behind writes, forwarded writes at
-    /// dispatch and acknowledgement), so the next report of each is taken
+    /// Optin, with a client of the proxy tracking: this proxy is about to
+    /// send a write of `keys` (acknowledged write-behind writes, forwarded
+    /// writes at dispatch), so the next report of each is taken
     /// as this write's echo unless a read of the key is answered first on
     /// a channel connection (see `crate::conn::mux`'s `echo`).
     pub(crate) fn expect_echoes(&self, keys: &[Bytes]) {

@@ -313,6 +313,11 @@ impl Client {
         for &(k, v) in &plan.pairs {
             self.observe_write(&args[k]);
             if plan.expiry == Expiry::KeepTtl {
+                if self.shared.tracked.active() {
+                    self.shared
+                        .upstream
+                        .expect_echoes(std::slice::from_ref(&args[k]));
+                }
                 self.shared.invalidate_from(db, &args[k], Some(self.st.id));
             } else {
                 self.shared

@@ -214,9 +214,7 @@ impl Shared {
         self.l1.invalidate(db, key);
         self.flights.forget(db, key);
         if self.tracked.active() {
-            let keys = std::slice::from_ref(key);
-            self.upstream.expect_echoes(keys);
-            self.tracked.invalidate(keys, origin);
+            self.tracked.invalidate(std::slice::from_ref(key), origin);
         }
     }
 

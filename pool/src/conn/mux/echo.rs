@@ -29,8 +29,9 @@
 //! writes, which travel on connections of their own) is reported there,
 //! where position tells nothing. For those, the hub keeps the keys this
 //! proxy is writing (`Hub::expect_echoes`: at a write-behind write's
-//! acknowledgement, at a forwarded write's dispatch and acknowledgement,
-//! once a client of the proxy tracks keys), and takes the next report of
+//! acknowledgement and at a forwarded write's dispatch, once a client of
+//! the proxy tracks keys; always before the write is sent, never after
+//! it ran: see below), and takes the next report of
 //! each for its echo, unless a read of the key is answered on a tracking
 //! connection first (`Channel::answered`, for every reply of a request
 //! that is not a write-behind batch; a script or function ends every
@@ -44,6 +45,12 @@
 //!   the wait began, and Redis writes a read's reply before any report
 //!   of the registration it made, on the same connection: the reply ends
 //!   the wait first, so a later change is passed on.
+//!
+//! - Marking a key only after its write ran (at a forwarded write's
+//!   acknowledgement, say) would break the second point: a read answered
+//!   between the write and the mark registers the key, and the next other
+//!   writer's report would then be taken. So keys are marked before their
+//!   write is sent, and never for a write that failed.
 //!
 //! So a report is never taken for an echo wrongly; what is missed (a read
 //! answered between a registration and the echo) is one message too many,
