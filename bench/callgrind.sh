@@ -22,6 +22,9 @@
 #        sidecache's (user space only for both: the kernel's share, the
 #        socket calls, is not counted by callgrind)
 #        OUT=dir (keeps the callgrind files there)
+#        TRACKING_CLIENT=1: a client that turned CLIENT TRACKING on (RESP3)
+#        stays connected, idle, through the loads: what sidecache's own
+#        bookkeeping for tracking clients costs the requests of others
 # Only the processes it started are stopped (by pid).
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,6 +58,16 @@ valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
 VPID=$!
 PIDS+=("$VPID")
 for _ in $(seq 600); do [[ "$(redis-cli -p "$SP" ping 2>/dev/null)" == PONG ]] && break; sleep 0.1; done
+if [[ "${TRACKING_CLIENT:-0}" == 1 ]]; then
+  python3 - "$SP" <<'PY' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"HELLO 3\r\nCLIENT TRACKING ON\r\n")
+time.sleep(3600)
+PY
+  PIDS+=($!)
+  sleep 0.5
+fi
 # Every key exists and is cached (a GET is a hit): written, then (under
 # optin tracking, the default, a written value leaves the L1 once landed)
 # read once.

@@ -142,6 +142,7 @@
 //! [`sidecache_l1`'s `begin_fill`]: https://docs.rs/sidecache-l1
 
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -243,7 +244,37 @@ pub(crate) struct Hub {
     /// still send on another connection than the write's (see
     /// `crate::conn::mux`'s `echo`, "Echoes elsewhere"); at most
     /// [`ECHOES_DUE_MAX`].
-    due: Mutex<HashSet<Bytes>>,
+    due: Mutex<Due>,
+}
+
+/// Keys whose echo is awaited, as seeded 64-bit hashes: nothing is copied
+/// or allocated per write (a key another one shares its hash with, one
+/// chance in 2^64 per pair, would have its report taken for an echo: the
+/// L1 still forgets it).
+#[derive(Default)]
+struct Due {
+    seed: foldhash::fast::RandomState,
+    hashes: HashSet<u64, foldhash::fast::RandomState>,
+}
+
+impl Due {
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.seed.hash_one(key)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    fn insert(&mut self, key: &[u8]) {
+        let h = self.hash(key);
+        self.hashes.insert(h);
+    }
+
+    fn remove(&mut self, key: &[u8]) -> bool {
+        let h = self.hash(key);
+        self.hashes.remove(&h)
+    }
 }
 
 /// Bound of the keys whose echo is awaited elsewhere; past it they are all
@@ -286,7 +317,7 @@ impl Hub {
         }
     }
 
-    fn due(&self) -> std::sync::MutexGuard<'_, HashSet<Bytes>> {
+    fn due(&self) -> std::sync::MutexGuard<'_, Due> {
         self.due.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -300,11 +331,12 @@ impl Hub {
             return;
         }
         let mut due = self.due();
-        if due.len() + keys.len() > ECHOES_DUE_MAX {
-            due.clear();
+        if due.hashes.len() + keys.len() > ECHOES_DUE_MAX {
+            due.hashes.clear();
         }
-        // Copies: a slice of a request would hold its whole read buffer.
-        due.extend(keys.iter().map(|k| Bytes::copy_from_slice(k)));
+        for k in keys {
+            due.insert(k);
+        }
     }
 
     pub(crate) fn listener(&self) -> Option<&Arc<dyn CoherenceListener>> {
@@ -416,7 +448,7 @@ impl Channel {
             .first()
             .is_some_and(|n| RUN_CODE.iter().any(|c| n.eq_ignore_ascii_case(c)));
         if runs_code {
-            due.clear();
+            due.hashes.clear();
             return;
         }
         for a in args.iter().skip(1) {
@@ -676,6 +708,6 @@ mod tests {
             .collect();
         hub.expect_echoes(&many);
         hub.expect_echoes(&[b("z")]);
-        assert_eq!(hub.due().len(), 1);
+        assert_eq!(hub.due().hashes.len(), 1);
     }
 }

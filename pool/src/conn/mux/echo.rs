@@ -52,6 +52,11 @@
 //!   writer's report would then be taken. So keys are marked before their
 //!   write is sent, and never for a write that failed.
 //!
+//! The keys are kept as seeded 64-bit hashes (no copy, no allocation per
+//! write): another key sharing one's hash, one chance in 2^64 per pair,
+//! would have its report taken for an echo, the only exception to what
+//! follows.
+//!
 //! So a report is never taken for an echo wrongly; what is missed (a read
 //! answered between a registration and the echo) is one message too many,
 //! as before. The set is bounded ([`crate::coherence::tracking::ECHOES_DUE_MAX`]):
