@@ -1,0 +1,140 @@
+use super::*;
+
+#[derive(Default)]
+struct Seen(Mutex<Vec<String>>);
+
+impl CoherenceListener for Seen {
+    fn invalidate(&self, keys: &[Bytes]) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            g.push(String::from_utf8_lossy(k).into_owned());
+        }
+    }
+    fn invalidate_echo(&self, keys: &[Bytes]) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            g.push(format!("echo {}", String::from_utf8_lossy(k)));
+        }
+    }
+
+    fn reset_node(&self, node: &NodeAddr) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.push(format!("reset {node}"));
+    }
+    fn reset_all(&self) {}
+}
+
+#[test]
+fn handshake_drops_overlapping_prefixes() {
+    let h = handshake(&[b"user:".to_vec(), b"user:1".to_vec(), b"cart:".to_vec()]);
+    assert_eq!(
+        &h[..],
+        b"*9\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n$5\r\nBCAST\r\n$6\r\nNOLOOP\r\n$6\r\nPREFIX\r\n$5\r\ncart:\r\n$6\r\nPREFIX\r\n$5\r\nuser:\r\n"
+    );
+}
+
+#[test]
+fn pushes_reach_the_listener_and_loss_resets() {
+    let hub = Arc::new(Hub::new(TrackingMode::Bcast, &[]));
+    let seen = Arc::new(Seen::default());
+    let l: Arc<dyn CoherenceListener> = seen.clone();
+    assert!(hub.listener.set(l).is_ok());
+    let addr = NodeAddr {
+        host: "127.0.0.1".into(),
+        port: 7000,
+    };
+    let ch = Channel::new(addr, Arc::clone(&hub));
+    assert!(!ch.is_up());
+    ch.on_push(
+        &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+        &[],
+    );
+    // The echo of our own write of b: b is applied as an echo.
+    ch.on_push(
+        &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+        &[Bytes::from_static(b"b")],
+    );
+    ch.on_push(
+        &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nb\r\n"),
+        &[Bytes::from_static(b"b")],
+    );
+    ch.on_push(
+        &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n_\r\n"),
+        &[],
+    );
+    // Not an invalidation: ignored.
+    ch.on_push(
+        &Bytes::from_static(b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n"),
+        &[],
+    );
+    // Lost while never up: nothing to clear.
+    ch.set_down("test");
+    ch.set_up();
+    assert!(ch.is_up());
+    ch.set_down("test");
+    assert!(!ch.is_up());
+    let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        got,
+        vec![
+            "a",
+            "b",
+            "echo b",
+            "a",
+            "echo b",
+            "reset 127.0.0.1:7000",
+            "reset 127.0.0.1:7000"
+        ]
+    );
+    assert_eq!(hub.stats.invalidated_keys.load(Ordering::Relaxed), 5);
+    assert_eq!(hub.stats.echoes.load(Ordering::Relaxed), 2);
+    assert_eq!(hub.stats.flushes.load(Ordering::Relaxed), 1);
+    assert_eq!(hub.stats.channel_losses.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
+    let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+    let push = |k: &str| {
+        Bytes::from(format!(
+            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
+            k.len()
+        ))
+    };
+    let hub = Arc::new(Hub::new(TrackingMode::Optin, &[]));
+    let seen = Arc::new(Seen::default());
+    let l: Arc<dyn CoherenceListener> = seen.clone();
+    assert!(hub.listener.set(l).is_ok());
+    let addr = NodeAddr {
+        host: "127.0.0.1".into(),
+        port: 7000,
+    };
+    let ch = Channel::new(addr, Arc::clone(&hub));
+    // No client tracks: nothing is awaited.
+    hub.expect_echoes(&[b("a")]);
+    assert!(!ch.awaits_echoes());
+    hub.echo_wanted.store(true, Ordering::Relaxed);
+    hub.expect_echoes(&[b("a"), b("b"), b("c")]);
+    assert!(ch.awaits_echoes());
+    // a's report: its echo, once; the next one is news.
+    ch.on_push(&push("a"), &[]);
+    ch.on_push(&push("a"), &[]);
+    // A read of b answered: b's registration may be new, its report
+    // is news.
+    ch.answered(&[b("GET"), b("b")]);
+    ch.on_push(&push("b"), &[]);
+    // A script may read any key: every wait ends.
+    ch.answered(&[b("EVALSHA"), b("0123"), b("1"), b("x")]);
+    assert!(!ch.awaits_echoes());
+    ch.on_push(&push("c"), &[]);
+    let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(got, vec!["echo a", "a", "b", "c"]);
+    assert_eq!(hub.stats.echoes.load(Ordering::Relaxed), 1);
+    // Past the bound the waits are forgotten, not kept unbounded.
+    let many: Vec<Bytes> = (0..ECHOES_DUE_MAX)
+        .map(|i| Bytes::from(i.to_string()))
+        .collect();
+    hub.expect_echoes(&many);
+    hub.expect_echoes(&[b("z")]);
+    assert_eq!(hub.due().hashes.len(), 1);
+}
