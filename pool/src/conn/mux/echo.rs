@@ -38,14 +38,15 @@
 //! wait). Why such a report tells no tracking client anything new:
 //! - A registration made before the write is taken by the first write of
 //!   the key after it, ours or another's. If ours: the echo. If another's,
-//!   `F`, before ours: ours overwrote `F`'s value, and every reader of
-//!   this proxy was told of ours at its acknowledgement or read it since.
-//!   Either way that registration makes exactly one report.
+//!   `F`, before ours: ours runs after `F`, so whatever a reader of this
+//!   proxy gets after our write's acknowledgement includes `F` (or, for a
+//!   write-behind SET, replaces it), and a reader that read before is
+//!   told at that acknowledgement. Either way that registration makes
+//!   exactly one report.
 //! - Any other registration comes from a read whose reply is read after
 //!   the wait began, and Redis writes a read's reply before any report
 //!   of the registration it made, on the same connection: the reply ends
 //!   the wait first, so a later change is passed on.
-//!
 //! - Marking a key only after its write ran (at a forwarded write's
 //!   acknowledgement, say) would break the second point: a read answered
 //!   between the write and the mark registers the key, and the next other
