@@ -242,7 +242,7 @@ async fn killing_the_channel_clears_the_l1(mode: &str) {
     assert_eq!(ids.len(), want, "tracking connections: {ids:?}");
     // The last opened: under optin a fill connection, whose loss clears
     // the master's keys as the channel's own does.
-    support::coherence::kill_tracking_conn(&mut d, &mut c, &ids[want - 1], 1).await;
+    support::coherence::kill_tracking_conn(&mut d, &mut c, &ids[want - 1]).await;
     cache(&mut c, "c:1").await;
     let _: () = d.set("c:1", "w").await.unwrap();
     time_until(&mut c, "c:1", "w").await;

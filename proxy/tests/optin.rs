@@ -390,12 +390,12 @@ async fn several_fill_connections_each_track_their_keys() {
         times.push(time_until(&mut c, k, "new").await);
     }
     support::coherence::report("direct writes, three fill connections (optin)", times);
-    for (round, id) in ids.iter().enumerate() {
+    for id in &ids {
         for k in &keys[..30] {
             cache(&mut c, k).await;
         }
         assert!(info_field(&info(&mut c).await, "l1_entries") >= 30);
-        support::coherence::kill_tracking_conn(&mut d, &mut c, id, round as u64 + 1).await;
+        support::coherence::kill_tracking_conn(&mut d, &mut c, id).await;
     }
     cache(&mut c, "f:1").await;
     let _: () = d.set("f:1", "last").await.unwrap();

@@ -129,14 +129,16 @@ pub async fn channel_ids(d: &mut MultiplexedConnection, mode: &str) -> Vec<Strin
 }
 
 /// Kills the tracking connection `id` on the server behind `d` and waits
-/// until sidecache (behind `c`) counts `losses` losses in all, with its L1
-/// cleared, then until its channel is up again.
+/// until sidecache (behind `c`) counts one more loss than before, with its
+/// L1 cleared, then until its channel is up again. (Relative: on a loaded
+/// machine a heartbeat may time out and count a loss of its own, which
+/// clears the L1 too.)
 pub async fn kill_tracking_conn(
     d: &mut MultiplexedConnection,
     c: &mut MultiplexedConnection,
     id: &str,
-    losses: u64,
 ) {
+    let before = info_field(&info(c).await, "tracking_channel_losses");
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("ID")
@@ -147,14 +149,11 @@ pub async fn kill_tracking_conn(
     let t0 = Instant::now();
     loop {
         let inf = info(c).await;
-        if info_field(&inf, "tracking_channel_losses") == losses {
+        if info_field(&inf, "tracking_channel_losses") > before {
             assert_eq!(info_field(&inf, "l1_entries"), 0, "cleared on loss");
             break;
         }
-        assert!(
-            t0.elapsed() < BOUND,
-            "loss {losses} of connection {id} not noticed"
-        );
+        assert!(t0.elapsed() < BOUND, "loss of connection {id} not noticed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     wait_field(c, "tracking_channels_up", 1, Duration::from_secs(5)).await;
