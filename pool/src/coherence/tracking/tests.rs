@@ -33,9 +33,10 @@ fn handshake_drops_overlapping_prefixes() {
     );
 }
 
-#[test]
-fn pushes_reach_the_listener_and_loss_resets() {
-    let hub = Arc::new(Hub::new(TrackingMode::Bcast, &[]));
+/// A hub in `mode` whose listener records what it is told, and one
+/// channel of it.
+fn channel_with_listener(mode: TrackingMode) -> (Arc<Hub>, Arc<Seen>, Channel) {
+    let hub = Arc::new(Hub::new(mode, &[]));
     let seen = Arc::new(Seen::default());
     let l: Arc<dyn CoherenceListener> = seen.clone();
     assert!(hub.listener.set(l).is_ok());
@@ -44,6 +45,12 @@ fn pushes_reach_the_listener_and_loss_resets() {
         port: 7000,
     };
     let ch = Channel::new(addr, Arc::clone(&hub));
+    (hub, seen, ch)
+}
+
+#[test]
+fn pushes_reach_the_listener_and_loss_resets() {
+    let (hub, seen, ch) = channel_with_listener(TrackingMode::Bcast);
     assert!(!ch.is_up());
     ch.on_push(
         &Bytes::from_static(b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
@@ -101,15 +108,7 @@ fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
             k.len()
         ))
     };
-    let hub = Arc::new(Hub::new(TrackingMode::Optin, &[]));
-    let seen = Arc::new(Seen::default());
-    let l: Arc<dyn CoherenceListener> = seen.clone();
-    assert!(hub.listener.set(l).is_ok());
-    let addr = NodeAddr {
-        host: "127.0.0.1".into(),
-        port: 7000,
-    };
-    let ch = Channel::new(addr, Arc::clone(&hub));
+    let (hub, seen, ch) = channel_with_listener(TrackingMode::Optin);
     // No client tracks: nothing is awaited.
     hub.expect_echoes(&[b("a")]);
     assert!(!ch.awaits_echoes());
