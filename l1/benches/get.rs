@@ -35,7 +35,7 @@ fn hits(c: &mut Criterion) {
             let deadline = now + std::time::Duration::from_secs(60);
             let mut n = 0;
             for k in &keys {
-                n += usize::from(l1.insert_written(0, k, &value, deadline, now));
+                n += usize::from(l1.insert_written(0, k, &value, deadline, now).cached);
             }
             n
         })

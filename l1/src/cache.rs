@@ -35,6 +35,9 @@ use crate::stats::{Stats, StatsSnapshot};
 
 /// Epoch buckets (a power of two).
 const BUCKETS: usize = 4096;
+/// Read marks, in 64-bit words (a power of two): 2^22 marks, 512 KiB.
+/// Keys sharing a mark only cost a re-registration too many.
+const MARK_WORDS: usize = 1 << 16;
 /// Estimated bytes an entry costs beyond its key and value (key struct,
 /// deadline, table slot, queue links, allocation headers).
 pub const ENTRY_OVERHEAD: u64 = 128;
@@ -109,12 +112,34 @@ struct Entry {
     value: Option<Bytes>,
     /// When `value` stops being served.
     deadline: Instant,
-    /// A value the proxy wrote: when the write was acknowledged (its
-    /// stamp, see [`L1::release_written`]). `None` for a fill.
-    written: Option<Instant>,
+    /// Where the value came from.
+    origin: Origin,
     /// Other cached reads of the key (HGETALL, STRLEN, …): they live and
     /// die with the entry, so any invalidation of the key drops them all.
     reads: Option<Arc<reads::Reads>>,
+}
+
+/// Where an entry's value came from (16 bytes, as `Option<Instant>`: the
+/// two other states sit in `Instant`'s niche).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A fill: a read, which noted itself in the read marks when it
+    /// landed, so its hits need not.
+    Fill,
+    /// A value the proxy wrote, acknowledged at this instant (its stamp,
+    /// see [`L1::release_written`]). Its hits are noted in the read marks.
+    Written(Instant),
+    /// A written value that the write's pipeline registered again and read
+    /// back ([`L1::refill_written`]): followed like a fill, and its hits
+    /// are noted like a written value's.
+    Reread,
+}
+
+impl Origin {
+    /// Whether a hit on the entry is noted in the read marks.
+    fn notes_reads(self) -> bool {
+        self != Origin::Fill
+    }
 }
 
 /// A borrowed key, hashed and compared exactly like [`CacheKey`], so
@@ -202,11 +227,27 @@ pub struct FillTicket {
     started: Instant,
 }
 
+/// What [`L1::insert_written`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The value is cached (else the key was only invalidated).
+    pub cached: bool,
+    /// The key was read since the proxy last wrote it (a fill, or a hit on
+    /// a written or re-registered value): the write should register it
+    /// again with the upstream, so it stays cached once it lands (see
+    /// [`L1::refill_written`]).
+    pub read: bool,
+}
+
 /// The L1 cache.
 pub struct L1 {
     cfg: L1Config,
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
+    /// One bit per key hash: read since its last write (see
+    /// [`Written::read`]). Set by fills and by hits on entries that
+    /// [`Entry::notes_reads`]; taken by [`L1::insert_written`].
+    marks: Box<[AtomicU64]>,
     /// Spreads keys over the epoch buckets.
     spread: foldhash::fast::RandomState,
     stats: Arc<Stats>,
@@ -245,10 +286,18 @@ impl L1 {
             )
         });
         let epochs = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();
+        let marks = (0..if cache.is_some() && cfg.read_marks {
+            MARK_WORDS
+        } else {
+            0
+        })
+            .map(|_| AtomicU64::new(0))
+            .collect();
         L1 {
             cfg,
             cache,
             epochs,
+            marks,
             spread: foldhash::fast::RandomState::default(),
             stats,
             used_dbs: AtomicU64::new(0),
@@ -268,10 +317,43 @@ impl L1 {
     }
 
     fn bucket(&self, db: u16, key: &[u8]) -> usize {
-        // foldhash, seeded per process: FNV-1a (a multiply per byte) cost
-        // a 20-byte key ~100 instructions, twice per forwarded write
-        // (callgrind); this reads 8 bytes at a time.
-        (self.spread.hash_one(KeyRef { db, key }) as usize) & (BUCKETS - 1)
+        (self.hash(db, key) as usize) & (BUCKETS - 1)
+    }
+
+    /// The key's hash for its epoch bucket and its read mark. foldhash,
+    /// seeded per process: FNV-1a (a multiply per byte) cost a 20-byte key
+    /// ~100 instructions, twice per forwarded write (callgrind); this reads
+    /// 8 bytes at a time.
+    fn hash(&self, db: u16, key: &[u8]) -> u64 {
+        self.spread.hash_one(KeyRef { db, key })
+    }
+
+    /// The word and bit of a hash's read mark (bits above the bucket's).
+    fn mark(&self, hash: u64) -> Option<(&AtomicU64, u64)> {
+        let m = (hash >> 12) as usize;
+        let word = self.marks.get((m >> 6) & (MARK_WORDS - 1))?;
+        Some((word, 1u64 << (m & 63)))
+    }
+
+    /// Notes that the key was read (a load, and a store only the first
+    /// time: hot keys share no written cache line between readers).
+    fn note_read(&self, hash: u64) {
+        if let Some((word, bit)) = self.mark(hash) {
+            if word.load(Ordering::Relaxed) & bit == 0 {
+                word.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the key was read since the last call, clearing its mark.
+    fn take_read(&self, hash: u64) -> bool {
+        match self.mark(hash) {
+            Some((word, bit)) => {
+                word.load(Ordering::Relaxed) & bit != 0
+                    && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+            }
+            None => false,
+        }
     }
 
     /// Looks a key up. Counts a hit or a miss.
@@ -292,6 +374,9 @@ impl L1 {
         match cache.get(&k) {
             Some(e) if e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
+                if e.origin.notes_reads() && !self.marks.is_empty() {
+                    self.note_read(self.hash(db, key));
+                }
                 Lookup::Hit(e.value)
             }
             // Other reads of the key may still be good.
@@ -344,15 +429,8 @@ impl L1 {
         let Some(cache) = &self.cache else {
             return false;
         };
-        let ttl = match (&value, pttl) {
-            (Some(v), _) if v.len() as u64 > self.cfg.max_value_bytes => return false,
-            (Some(_), -1) => self.cfg.ttl_cap,
-            (Some(_), ms) if ms > 0 => Duration::from_millis(ms as u64).min(self.cfg.ttl_cap),
-            (Some(_), _) => return false,
-            (None, _) => match self.cfg.cache_nil {
-                Some(d) => d.min(self.cfg.ttl_cap),
-                None => return false,
-            },
+        let Some(ttl) = self.fill_ttl(value.as_ref(), pttl) else {
+            return false;
         };
         if self.raced(&t) {
             Stats::add(&self.stats.fills_discarded, 1);
@@ -371,7 +449,7 @@ impl L1 {
             Entry {
                 value,
                 deadline: t.started + ttl,
-                written: None,
+                origin: Origin::Fill,
                 reads,
             },
         );
@@ -380,15 +458,105 @@ impl L1 {
             Stats::add(&self.stats.fills_discarded, 1);
             return false;
         }
+        // The fill was a read: the key's next write registers it again.
+        self.note_read(self.hash(db, &key));
         Stats::add(&self.stats.fills, 1);
         true
+    }
+
+    /// How long a fetched value may be cached: its upstream `pttl` (ms; -1
+    /// none, -2 no key) within the cap; `None` for what is not cached
+    /// (too large, already expired, a nil unless `cache_nil`).
+    fn fill_ttl(&self, value: Option<&Bytes>, pttl: i64) -> Option<Duration> {
+        match (value, pttl) {
+            (Some(v), _) if v.len() as u64 > self.cfg.max_value_bytes => None,
+            (Some(_), -1) => Some(self.cfg.ttl_cap),
+            (Some(_), ms) if ms > 0 => Some(Duration::from_millis(ms as u64).min(self.cfg.ttl_cap)),
+            (Some(_), _) => None,
+            (None, _) => self.cfg.cache_nil.map(|d| d.min(self.cfg.ttl_cap)),
+        }
+    }
+
+    /// A write the proxy acknowledged at `written` (the `now` it gave
+    /// [`L1::insert_written`]) was followed upstream, on the invalidation
+    /// channel's connection and in the write's pipeline, by a read that
+    /// registered the key again (`CLIENT CACHING YES`, `GET`, `PTTL`, sent
+    /// at `sent`) and returned `value` and `pttl`. If the entry still holds
+    /// that write's value, it becomes a filled entry with what the read
+    /// returned: the key's value once the read ran, followed from then on
+    /// by the channel. Returns whether it did; if not, the caller's
+    /// [`L1::release_written`] drops the written value as before.
+    ///
+    /// # Race window
+    /// Nothing else needs to have stayed still: an invalidation of the key
+    /// since the write was acknowledged removed the entry, and a later
+    /// write replaced its stamp, so either makes this a no-op. The caller
+    /// applies it once every reply of the pipeline was read, so a report
+    /// of a change after the read, which Redis sends after the read's
+    /// reply on the same connection, was applied first (the entry is gone)
+    /// or comes later (and removes it). Why the channel may skip the report
+    /// of the write itself: `sidecache_pool::coherence::refill`.
+    pub fn refill_written(
+        &self,
+        db: u16,
+        key: &Bytes,
+        written: Instant,
+        value: Option<&Bytes>,
+        pttl: i64,
+        sent: Instant,
+    ) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        let Some(ttl) = self.fill_ttl(value, pttl) else {
+            return false;
+        };
+        let (Some(v), deadline) = (value, sent + ttl) else {
+            return false;
+        };
+        // The read-locked probe first: a key gone since pays no placeholder.
+        if !cache.contains_key(&KeyRef { db, key }) {
+            return false;
+        }
+        // Checked and changed under the shard's lock. Only a value of the
+        // written one's length (the usual case: the read returned what was
+        // written), which keeps the entry's buffer and weight; another one
+        // (a change by another client between the write and the read) is
+        // left to the release, a miss.
+        let refill = |_: &CacheKey, e: &mut Entry| {
+            if e.origin != Origin::Written(written)
+                || e.value.as_ref().is_none_or(|old| old.len() != v.len())
+            {
+                return EntryAction::Retain(false);
+            }
+            overwrite_value(&mut e.value, v);
+            e.deadline = deadline;
+            e.origin = Origin::Reread;
+            EntryAction::Retain(true)
+        };
+        let kept = match cache.entry(&CacheKey::new(db, key), Some(Duration::ZERO), refill) {
+            EntryResult::Retained(kept) => kept,
+            // Evicted or removed since the probe: the placeholder goes
+            // with the guard.
+            EntryResult::Vacant(guard) | EntryResult::Replaced(guard, _) => {
+                drop(guard);
+                false
+            }
+            EntryResult::Removed(..) | EntryResult::Timeout => false,
+        };
+        if kept {
+            Stats::add(&self.stats.refills, 1);
+        }
+        kept
     }
 
     /// Caches a value the proxy itself wrote (write-behind): the written
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
-    /// cached (a filtered key or an oversized value is only invalidated).
-    /// `now` is the caller's clock read (one per write, not one per step).
+    /// cached (a filtered key or an oversized value is only invalidated),
+    /// and whether the key was read since its last write (the read mark,
+    /// taken). `now` is the caller's clock read (one per write, not one per
+    /// step).
     pub fn insert_written(
         &self,
         db: u16,
@@ -396,19 +564,27 @@ impl L1 {
         value: &Bytes,
         deadline: Instant,
         now: Instant,
-    ) -> bool {
+    ) -> Written {
         let Some(cache) = &self.cache else {
-            return false;
+            return Written {
+                cached: false,
+                read: false,
+            };
         };
         self.mark_used(db);
-        self.epochs[self.bucket(db, key)].fetch_add(1, Ordering::AcqRel);
+        let hash = self.hash(db, key);
+        self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
+        let read = self.take_read(hash);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
         {
             cache.remove(&KeyRef { db, key });
             Stats::add(&self.stats.invalidations, 1);
-            return false;
+            return Written {
+                cached: false,
+                read,
+            };
         }
         let deadline = deadline.min(now + self.cfg.ttl_cap);
         // A key already cached is overwritten in place: its key is not
@@ -427,7 +603,7 @@ impl L1 {
                     return EntryAction::Retain(false);
                 }
                 e.deadline = deadline;
-                e.written = Some(now);
+                e.origin = Origin::Written(now);
                 // The write changed the key: its other reads are stale.
                 e.reads = None;
                 overwrite_value(&mut e.value, value);
@@ -436,7 +612,7 @@ impl L1 {
             match cache.entry(&CacheKey::new(db, key), Some(Duration::ZERO), overwrite) {
                 EntryResult::Retained(true) => {
                     Stats::add(&self.stats.writes, 1);
-                    return true;
+                    return Written { cached: true, read };
                 }
                 // Heavier: replaced through `insert` below, which evicts
                 // what no longer fits.
@@ -452,7 +628,7 @@ impl L1 {
             Entry {
                 value: Some(Bytes::copy_from_slice(value)),
                 deadline,
-                written: Some(now),
+                origin: Origin::Written(now),
                 reads: None,
             },
         );
@@ -462,7 +638,7 @@ impl L1 {
             dropped.saturating_sub(u64::from(replaces)),
         );
         Stats::add(&self.stats.writes, 1);
-        true
+        Written { cached: true, read }
     }
 
     /// A write the proxy acknowledged at `written` (the `now` it gave
@@ -484,7 +660,9 @@ impl L1 {
             return false;
         };
         let dropped = cache
-            .remove_if(&KeyRef { db, key }, |e| e.written == Some(written))
+            .remove_if(&KeyRef { db, key }, |e| {
+                e.origin == Origin::Written(written)
+            })
             .is_some();
         if dropped {
             Stats::add(&self.stats.released, 1);
@@ -503,7 +681,7 @@ impl L1 {
         };
         cache
             .get(&KeyRef { db, key })
-            .is_some_and(|e| written_too || e.written.is_none())
+            .is_some_and(|e| written_too || !matches!(e.origin, Origin::Written(_)))
     }
 
     /// Drops a key (a write through the proxy touched it).

@@ -24,6 +24,10 @@ pub struct L1Config {
     pub include_prefixes: Vec<Vec<u8>>,
     /// Keys starting with one of these are never cached.
     pub exclude_prefixes: Vec<Vec<u8>>,
+    /// Keep read marks (optin tracking): whether a key was read since its
+    /// last write ([`crate::Written::read`]). 512 KiB, and a hash per hit
+    /// on a written value; off, every write reports no read.
+    pub read_marks: bool,
 }
 
 impl Default for L1Config {
@@ -35,6 +39,7 @@ impl Default for L1Config {
             cache_nil: None,
             include_prefixes: Vec::new(),
             exclude_prefixes: Vec::new(),
+            read_marks: true,
         }
     }
 }

@@ -17,6 +17,6 @@ pub mod cache;
 pub mod config;
 pub mod stats;
 
-pub use cache::{FillTicket, Lookup, ReadLookup, L1};
+pub use cache::{FillTicket, Lookup, ReadLookup, Written, L1};
 pub use config::L1Config;
 pub use stats::StatsSnapshot;

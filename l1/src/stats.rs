@@ -13,6 +13,7 @@ pub struct Stats {
     pub(crate) invalidations: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) refills: AtomicU64,
     pub(crate) read_hits: AtomicU64,
     pub(crate) read_misses: AtomicU64,
     pub(crate) read_fills: AtomicU64,
@@ -44,6 +45,9 @@ pub struct StatsSnapshot {
     /// Written values dropped once their write reached upstream (optin
     /// tracking: upstream does not track what the proxy wrote).
     pub released: u64,
+    /// Written values kept once their write landed: the write's pipeline
+    /// registered the key again and read it back (optin tracking).
+    pub refills: u64,
     /// Lookups of reads other than GET answered from the L1 (counted in
     /// `hits` too).
     pub read_hits: u64,
@@ -69,6 +73,7 @@ impl Stats {
             invalidations: l(&self.invalidations),
             writes: l(&self.writes),
             released: l(&self.released),
+            refills: l(&self.refills),
             read_hits: l(&self.read_hits),
             read_misses: l(&self.read_misses),
             read_fills: l(&self.read_fills),

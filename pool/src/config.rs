@@ -10,8 +10,14 @@ use crate::error::{Error, Result};
 /// The default `--pool-size`: multiplexed connections per node.
 pub const DEFAULT_POOL_SIZE: usize = 2;
 /// The default `--fill-connections`: tracking connections per master that
-/// carry L1 fills under optin tracking.
-pub const DEFAULT_FILL_CONNECTIONS: usize = 2;
+/// carry L1 fills under optin tracking. One: every key of the start
+/// database is then registered on the connection that also carries its
+/// writes, so a write's report comes back right after it there and the
+/// write's re-read keeps the key cached (`crate::coherence::refill`); a
+/// key filled on another connection is reported there, where position
+/// tells nothing, and its written value is released once landed. (Two
+/// measured no faster on two cores: docs/coherence.md.)
+pub const DEFAULT_FILL_CONNECTIONS: usize = 1;
 /// The default `--connect-timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The default `--upstream-timeout`.

@@ -40,6 +40,8 @@ pub(crate) trait Dispatch: Clone + Send + Sync + 'static {
     fn write_behind(&self) -> &WriteBehind;
     /// Whether optin tracking is in force.
     fn optin_tracking(&self) -> bool;
+    /// Invalidation channel counters (`None` without tracking).
+    fn coherence_stats(&self) -> Option<&crate::coherence::tracking::CoherenceStats>;
     /// A connection of `addr`'s own, not shared with clients.
     fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn;
     /// Whether the peer channel is the coherence mode in force.

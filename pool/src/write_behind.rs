@@ -66,6 +66,10 @@ pub struct Write {
     pub slot: Option<Slot>,
     /// The encoded command (`SET key …`, `MSET key value …`).
     pub cmd: Bytes,
+    /// Optin tracking: its keys were read since their last write, so the
+    /// batch that carries it registers them again and reads them back
+    /// (see [`crate::coherence::refill`]): they stay cached once it lands.
+    pub refill: bool,
 }
 
 /// The keys of one write (one, except for MSET): inline, no allocation.
@@ -95,6 +99,25 @@ pub trait WriteListener: Send + Sync {
     /// values unless a later write replaced them.
     fn landed(&self, db: u16, written: &mut dyn Iterator<Item = (&[u8], Instant)>) {
         let _ = (db, written);
+    }
+
+    /// Optin tracking: the write of `key` in database `db`, acknowledged
+    /// at `written`, landed and was followed in its pipeline by a read
+    /// that registered the key again (sent at `sent`): it returned
+    /// `value` (`None`: nil) and `pttl` (see [`crate::coherence::refill`]).
+    /// Called before [`WriteListener::landed`] for the batch; returns
+    /// whether the value stays cached.
+    fn refilled(
+        &self,
+        db: u16,
+        key: &Bytes,
+        written: Instant,
+        value: Option<&Bytes>,
+        pttl: i64,
+        sent: Instant,
+    ) -> bool {
+        let _ = (db, key, written, value, pttl, sent);
+        false
     }
 }
 
@@ -471,6 +494,7 @@ mod tests {
             db: 0,
             slot: None,
             cmd: out.freeze(),
+            refill: false,
         }
     }
 
@@ -492,6 +516,7 @@ mod tests {
             db: 0,
             slot: None,
             cmd: Bytes::from_static(b"+OK\r\n"),
+            refill: false,
         };
         assert!(junk.keys().is_empty());
         // Framed as Redis reads it: a line ends at `\r` and any byte, and
@@ -500,6 +525,7 @@ mod tests {
             db: 0,
             slot: None,
             cmd: Bytes::from_static(b"*3\r\n$3\rXset\r\n$1\rXk\r\n$2\r\nvvXY"),
+            refill: false,
         };
         assert_eq!(k(&odd), vec![Bytes::from("k")]);
     }

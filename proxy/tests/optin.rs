@@ -1,11 +1,13 @@
 //! Optin tracking's own races (`--tracking optin`, the default): the fills
 //! are read on the invalidation channel's own connection (one per master),
 //! the proxy's own write-behind batches travel on it too, as plain
-//! pipelines, and each written value leaves the L1 once its write landed
-//! (Redis does not track a key for the client that wrote it). Checked
-//! here: own writes are served until they land, released, then tracked
-//! from the next read (a direct write, even right after the landing, is
-//! seen within the bound); writes on every other
+//! pipelines; a written key that was being read is registered again and
+//! read back in its write's pipeline and stays cached, the others leave
+//! the L1 once their write landed (Redis does not track a key for the
+//! client that wrote it). Checked here: own writes of read keys stay
+//! cached and tracked, the others are served until they land, released,
+//! then tracked from the next read (a direct write, even right after the
+//! landing, is seen within the bound); writes on every other
 //! connection invalidate (direct, another sidecache, this sidecache's own
 //! forwarded writes); a pipeline's fills never read a later command's
 //! write; own and foreign writes racing on the same keys leave nothing
@@ -25,11 +27,14 @@ use support::{info_field, upstream_calls, Cluster, Proxy, RedisServer};
 /// Every proxy here runs optin (the default, named so it stays optin).
 const OPTIN: &[&str] = &["--tracking", "optin"];
 
-/// Writes through the proxy, waits for the flush: each value was released
-/// once landed, so the first read goes upstream (and registers the key),
-/// the second is an L1 hit; a direct write afterwards reaches the L1.
+/// Writes through the proxy, waits for the flush. The keys read before
+/// their write were registered again and read back in the write's
+/// pipeline (`sidecache_pool::coherence::refill`): they stay cached. The
+/// others were released once landed, so their first read goes upstream
+/// (and registers the key), the second is an L1 hit. A direct write
+/// afterwards reaches the L1 for all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn own_writes_are_released_then_tracked_on_read() {
+async fn own_writes_of_read_keys_stay_cached_the_others_are_released() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), OPTIN).await;
     let mut c = proxy.conn().await;
@@ -46,22 +51,25 @@ async fn own_writes_are_released_then_tracked_on_read() {
     }
     wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // The half never read before are released by their landing; the other
-    // half may go by the invalidation Redis sends of our own write of a
-    // key we had registered (no NOLOOP), whichever comes first.
-    assert!(info_field(&info(&mut c).await, "written_released") >= 50);
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "written_released"), 50, "{inf}");
+    assert_eq!(info_field(&inf, "written_kept"), 50, "{inf}");
     let gets = upstream_calls(&redis, "get").await;
-    // The first read of each goes upstream (released); the second is an
-    // L1 hit.
-    for why in [
-        "released: the first read goes upstream",
-        "the second read is an L1 hit",
+    // The first read of each key never read before goes upstream
+    // (released); the keys read before are hits; the second read of all
+    // is an L1 hit (upstream GETs counted from before the first).
+    for (why, misses) in [
+        (
+            "released: the first read of the unread half goes upstream",
+            50,
+        ),
+        ("the second read is an L1 hit", 0),
     ] {
         for i in 0..100 {
             let got: String = c.get(format!("o:{i}")).await.unwrap();
             assert_eq!(got, format!("own{i}"));
         }
-        assert_eq!(upstream_calls(&redis, "get").await, gets + 100, "{why}");
+        assert_eq!(upstream_calls(&redis, "get").await, gets + misses, "{why}");
     }
     // Still tracked: a direct write is seen.
     let mut times = Vec::new();

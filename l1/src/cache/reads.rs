@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{CacheKey, Entry, KeyRef, Stats, Store, L1};
+use super::{CacheKey, Entry, KeyRef, Origin, Stats, Store, L1};
 use crate::cache::FillTicket;
 
 /// Reads kept per key: a lookup scans them, so few. The oldest goes first.
@@ -161,7 +161,7 @@ impl L1 {
                 value: None,
                 // No GET value: no lookup is earlier than `born`.
                 deadline: self.born,
-                written: None,
+                origin: Origin::Fill,
                 reads: Some(Arc::new(Reads(Box::new([read])))),
             },
         };

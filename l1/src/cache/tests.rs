@@ -42,39 +42,60 @@ fn invalidation_during_fill_discards_it() {
 fn overwrites_replace_in_place_without_touching_values_readers_hold() {
     let c = l1(1 << 20);
     let later = Instant::now() + Duration::from_secs(5);
-    assert!(c.insert_written(0, &b("k"), &b("one"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("one"), later, Instant::now())
+            .cached
+    );
     // A reader holds the old value while the key is overwritten with
     // one of the same length: the reader's bytes do not change.
     let Lookup::Hit(Some(held)) = c.get(0, &b("k")) else {
         panic!("written value not served");
     };
-    assert!(c.insert_written(0, &b("k"), &b("two"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("two"), later, Instant::now())
+            .cached
+    );
     assert_eq!(held, b("one"));
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("two"))));
     drop(held);
     // Same length, no reader: the buffer is reused.
-    assert!(c.insert_written(0, &b("k"), &b("six"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("six"), later, Instant::now())
+            .cached
+    );
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("six"))));
     // Another length; then a shorter deadline, which is kept.
-    assert!(c.insert_written(0, &b("k"), &b("longer"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("longer"), later, Instant::now())
+            .cached
+    );
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("longer"))));
     let soon = Instant::now() + Duration::from_millis(30);
-    assert!(c.insert_written(0, &b("k"), &b("brief"), soon, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("brief"), soon, Instant::now())
+            .cached
+    );
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("brief"))));
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(c.get(0, &b("k")), Lookup::Miss);
     // Overwrites are not evictions, and the weight follows the value.
     let s = c.stats();
     assert_eq!((s.evictions, s.writes, s.entries), (0, 5, 0));
-    assert!(c.insert_written(
-        0,
-        &b("k"),
-        &[b'x'; 1000].as_slice().into(),
-        later,
-        Instant::now()
-    ));
+    assert!(
+        c.insert_written(
+            0,
+            &b("k"),
+            &[b'x'; 1000].as_slice().into(),
+            later,
+            Instant::now()
+        )
+        .cached
+    );
     let heavy = c.stats().bytes;
-    assert!(c.insert_written(0, &b("k"), &b("x"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("k"), &b("x"), later, Instant::now())
+            .cached
+    );
     assert_eq!(c.stats().bytes, heavy - 999);
 }
 
@@ -84,7 +105,10 @@ fn heavier_overwrites_stay_within_max_bytes() {
     let c = l1(max);
     let later = Instant::now() + Duration::from_secs(5);
     for i in 0..100 {
-        assert!(c.insert_written(0, &b(&format!("k{i}")), &b("x"), later, Instant::now()));
+        assert!(
+            c.insert_written(0, &b(&format!("k{i}")), &b("x"), later, Instant::now())
+                .cached
+        );
     }
     let big: Bytes = vec![b'v'; 4096].into();
     for i in 0..100 {
@@ -112,20 +136,26 @@ fn heavier_overwrites_stay_within_max_bytes() {
 fn written_values_are_served_and_discard_fills() {
     let c = l1(1 << 20);
     let t = c.begin_fill(0, b"k");
-    assert!(c.insert_written(
-        0,
-        &b("k"),
-        &b("new"),
-        Instant::now() + Duration::from_secs(5),
-        Instant::now()
-    ));
+    assert!(
+        c.insert_written(
+            0,
+            &b("k"),
+            &b("new"),
+            Instant::now() + Duration::from_secs(5),
+            Instant::now()
+        )
+        .cached
+    );
     assert!(
         !c.complete_fill(t, 0, b("k"), Some(b("old")), -1),
         "fill raced the write"
     );
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("new"))));
     // Already expired: not cached, and the old entry is gone.
-    assert!(!c.insert_written(0, &b("k"), &b("x"), Instant::now(), Instant::now()));
+    assert!(
+        !c.insert_written(0, &b("k"), &b("x"), Instant::now(), Instant::now())
+            .cached
+    );
     assert_eq!(c.get(0, &b("k")), Lookup::Miss);
 }
 
@@ -258,13 +288,13 @@ fn a_landed_write_releases_only_its_own_value() {
     let far = t0 + Duration::from_secs(60);
     let (w1, w2) = (t0, t0 + Duration::from_micros(1));
     // W1 lands while its value is still there: released.
-    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1));
+    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1).cached);
     assert!(c.release_written(0, b"k", w1));
     assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Miss);
     // W2 replaced W1's value before W1 landed: W1's landing keeps it, W2's
     // releases it.
-    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1));
-    assert!(c.insert_written(0, &b("k"), &b("two"), far, w2));
+    assert!(c.insert_written(0, &b("k"), &b("one"), far, w1).cached);
+    assert!(c.insert_written(0, &b("k"), &b("two"), far, w2).cached);
     assert!(!c.release_written(0, b"k", w1));
     assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Hit(Some(b("two"))));
     assert!(c.release_written(0, b"k", w2));
@@ -273,7 +303,7 @@ fn a_landed_write_releases_only_its_own_value() {
     // another database's entry is not touched.
     let t = c.begin_fill(0, b"k");
     assert!(c.complete_fill(t, 0, b("k"), Some(b("read")), -1));
-    assert!(c.insert_written(1, &b("k"), &b("db1"), far, w1));
+    assert!(c.insert_written(1, &b("k"), &b("db1"), far, w1).cached);
     assert!(!c.release_written(0, b"k", w1));
     assert_eq!(c.get_at(0, &b("k"), w2), Lookup::Hit(Some(b("read"))));
     assert_eq!(c.get_at(1, &b("k"), w2), Lookup::Hit(Some(b("db1"))));
@@ -323,12 +353,18 @@ fn any_invalidation_of_a_key_drops_all_its_reads() {
     // A write-behind write of the key drops its other reads.
     assert!(fill_read(&c, "s", "strlen", ":1\r\n"));
     let later = Instant::now() + Duration::from_secs(5);
-    assert!(c.insert_written(0, &b("s"), &b("x"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("s"), &b("x"), later, Instant::now())
+            .cached
+    );
     assert_eq!(read(&c, "s", "strlen"), ReadLookup::Miss);
     assert_eq!(c.get(0, &b("s")), Lookup::Hit(Some(b("x"))));
     // Also when the written value replaces a cached one in place.
     assert!(fill_read(&c, "s", "strlen", ":1\r\n"));
-    assert!(c.insert_written(0, &b("s"), &b("y"), later, Instant::now()));
+    assert!(
+        c.insert_written(0, &b("s"), &b("y"), later, Instant::now())
+            .cached
+    );
     assert_eq!(read(&c, "s", "strlen"), ReadLookup::Miss);
     // FLUSH*.
     assert!(fill_read(&c, "h", "hgetall", "%0\r\n"));
@@ -399,4 +435,81 @@ fn an_entry_without_other_reads_grows_by_one_pointer() {
     // value (32) + deadline (16) + written (16) + reads (8): the reads
     // beyond GET cost a key that has none 8 bytes.
     assert_eq!(std::mem::size_of::<Entry>(), 72);
+}
+
+#[test]
+fn a_write_reports_whether_its_key_was_read_since_the_last_write() {
+    let c = l1(1 << 20);
+    let later = Instant::now() + Duration::from_secs(60);
+    // Never read: no re-read wanted.
+    let w = c.insert_written(0, &b("k"), &b("1"), later, Instant::now());
+    assert_eq!(w, Written { cached: true, read: false });
+    // Read (a hit on the written value): the next write wants one, once.
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
+    assert!(c.insert_written(0, &b("k"), &b("2"), later, Instant::now()).read);
+    assert!(!c.insert_written(0, &b("k"), &b("3"), later, Instant::now()).read);
+    // A fill is a read too.
+    let t = c.begin_fill(0, b"j");
+    assert!(c.complete_fill(t, 0, b("j"), Some(b("v")), -1));
+    assert!(c.insert_written(0, &b("j"), &b("w"), later, Instant::now()).read);
+    // Another database is another key.
+    assert_eq!(c.get(0, &b("j")), Lookup::Hit(Some(b("w"))));
+    assert!(!c.insert_written(1, &b("j"), &b("w"), later, Instant::now()).read);
+    // Off (bcast): never a read.
+    let off = L1::new(L1Config {
+        read_marks: false,
+        ..L1Config::default()
+    });
+    off.insert_written(0, &b("k"), &b("1"), later, Instant::now());
+    assert_eq!(off.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
+    assert!(!off.insert_written(0, &b("k"), &b("2"), later, Instant::now()).read);
+}
+
+#[test]
+fn a_reread_keeps_only_its_own_writes_value() {
+    let c = l1(1 << 20);
+    let later = Instant::now() + Duration::from_secs(60);
+    let w1 = Instant::now();
+    c.insert_written(0, &b("k"), &b("one"), later, w1);
+    let sent = Instant::now();
+    // What the re-read returned replaces the written value: followed from
+    // now on (a fill), so the landing releases nothing.
+    assert!(c.refill_written(0, &b("k"), w1, Some(&b("one")), 5_000, sent));
+    assert!(!c.release_written(0, b"k", w1));
+    assert!(c.followed(0, b"k", false));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("one"))));
+    // Its deadline is the PTTL read back, from when it was sent.
+    let w2 = Instant::now();
+    c.insert_written(0, &b("k"), &b("two"), later, w2);
+    assert!(c.refill_written(0, &b("k"), w2, Some(&b("two")), 30, Instant::now()));
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    // A later write of ours replaced the value: the earlier re-read is
+    // not applied, the later value stays until its own landing.
+    let (w3, w4) = (Instant::now(), Instant::now() + Duration::from_nanos(1));
+    c.insert_written(0, &b("k"), &b("three"), later, w3);
+    c.insert_written(0, &b("k"), &b("four!"), later, w4);
+    assert!(!c.refill_written(0, &b("k"), w3, Some(&b("three")), -1, Instant::now()));
+    assert!(!c.release_written(0, b"k", w3));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("four!"))));
+    // An invalidation since the write removed it: nothing comes back.
+    let w5 = Instant::now();
+    c.insert_written(0, &b("k"), &b("five"), later, w5);
+    c.invalidate(0, &b("k"));
+    assert!(!c.refill_written(0, &b("k"), w5, Some(&b("five")), -1, Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    // Another client's value of another length, or a nil, read back: left
+    // to the release (a miss, never the written value kept).
+    let w6 = Instant::now();
+    c.insert_written(0, &b("k"), &b("six"), later, w6);
+    assert!(!c.refill_written(0, &b("k"), w6, Some(&b("theirs")), -1, Instant::now()));
+    assert!(!c.refill_written(0, &b("k"), w6, None, -2, Instant::now()));
+    assert!(c.release_written(0, b"k", w6));
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    // Another client's value of the same length is what is cached.
+    let w7 = Instant::now();
+    c.insert_written(0, &b("k"), &b("mine"), later, w7);
+    assert!(c.refill_written(0, &b("k"), w7, Some(&b("them")), -1, Instant::now()));
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("them"))));
+    assert_eq!(c.stats().refills, 3);
 }

@@ -194,8 +194,12 @@ pub trait CoherenceListener: Send + Sync {
     /// `keys` were reported back for this sidecache's own write of them
     /// (see `crate::conn::mux`'s `echo`): nothing changed that was not
     /// told of at the write's acknowledgement, but Redis no longer follows
-    /// them on that connection (in any database).
-    fn invalidate_echo(&self, keys: &[Bytes]) {
+    /// them on that connection (in any database). `written_db`: the write
+    /// was of that database and its report came right after it on the
+    /// connection that wrote it, so what is cached there for these keys is
+    /// that write's value or newer, and stays (`crate::coherence::refill`).
+    fn invalidate_echo(&self, keys: &[Bytes], written_db: Option<u16>) {
+        let _ = written_db;
         self.invalidate(keys);
     }
     /// Anything `node` holds may have changed unseen (its channel was lost,
@@ -388,6 +392,9 @@ pub(crate) fn probe_args(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Vec<&[u8]>
 #[derive(Debug)]
 pub struct Channel {
     addr: NodeAddr,
+    /// The database its connection writes (write-behind batches of the
+    /// database clients start in).
+    db: u16,
     up: AtomicBool,
     hub: Arc<Hub>,
     /// Covers every master (the peer channel): its loss clears everything.
@@ -395,9 +402,10 @@ pub struct Channel {
 }
 
 impl Channel {
-    pub(crate) fn new(addr: NodeAddr, hub: Arc<Hub>) -> Channel {
+    pub(crate) fn new(addr: NodeAddr, db: u16, hub: Arc<Hub>) -> Channel {
         Channel {
             addr,
+            db,
             up: AtomicBool::new(false),
             hub,
             all: false,
@@ -408,7 +416,7 @@ impl Channel {
     pub(crate) fn for_all(addr: NodeAddr, hub: Arc<Hub>) -> Channel {
         Channel {
             all: true,
-            ..Channel::new(addr, hub)
+            ..Channel::new(addr, 0, hub)
         }
     }
 
@@ -459,6 +467,11 @@ impl Channel {
     /// The kind of tracking this channel serves.
     pub fn mode(&self) -> TrackingMode {
         self.hub.mode
+    }
+
+    /// Whether it is an optin channel.
+    pub(crate) fn is_optin(&self) -> bool {
+        self.hub.mode == TrackingMode::Optin
     }
 
     /// Redis acknowledged `CLIENT TRACKING` on a fresh connection.
@@ -542,17 +555,32 @@ impl Channel {
                     l.invalidate(&keys);
                     return;
                 }
-                let (echoes, news): (Vec<Bytes>, Vec<Bytes>) = {
+                // Echoes of the write just answered on this connection
+                // (by position), echoes awaited elsewhere, news.
+                let (mut here, mut elsewhere, mut news) = (Vec::new(), Vec::new(), Vec::new());
+                {
                     let mut due = self.hub.due();
-                    keys.into_iter()
-                        .partition(|k| due.remove(k) | own.contains(k))
-                };
+                    for k in keys {
+                        let awaited = !due.is_empty() && due.remove(&k);
+                        if own.contains(&k) {
+                            here.push(k);
+                        } else if awaited {
+                            elsewhere.push(k);
+                        } else {
+                            news.push(k);
+                        }
+                    }
+                }
                 stats
                     .echoes
-                    .fetch_add(echoes.len() as u64, Ordering::Relaxed);
-                if !echoes.is_empty() {
-                    l.invalidate_echo(&echoes);
+                    .fetch_add((here.len() + elsewhere.len()) as u64, Ordering::Relaxed);
+                if !here.is_empty() {
+                    l.invalidate_echo(&here, Some(self.db));
                 }
+                if !elsewhere.is_empty() {
+                    l.invalidate_echo(&elsewhere, None);
+                }
+
                 if !news.is_empty() {
                     l.invalidate(&news);
                 }

@@ -443,8 +443,10 @@ async fn run_connected(
                     count: req.count,
                     frames: Vec::with_capacity(req.count),
                     sink: Sink::Caller(req.reply),
+                    // Optin write-behind batches always: their echoes
+                    // spare the written database (`coherence::refill`).
                     payload: channel
-                        .is_some_and(|c| c.wants_echoes())
+                        .is_some_and(|c| c.wants_echoes() || req.gathered && c.is_optin())
                         .then(|| req.payload.clone()),
                     writes: req.gathered,
                 };

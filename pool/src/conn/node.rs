@@ -71,12 +71,12 @@ impl Node {
                 Arc::clone(&health),
             )
         };
-        let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), Arc::clone(h))));
+        let channel = hub.map(|h| Arc::new(Channel::new(addr.clone(), tracked_db, Arc::clone(h))));
         let tracker = channel.as_ref().map(tracked);
         let fillers = match hub {
             Some(h) if h.mode == crate::config::TrackingMode::Optin => (1..fill_connections)
                 .map(|_| {
-                    let ch = Arc::new(Channel::new(addr.clone(), Arc::clone(h)));
+                    let ch = Arc::new(Channel::new(addr.clone(), tracked_db, Arc::clone(h)));
                     let conn = tracked(&ch);
                     (ch, conn)
                 })

@@ -33,6 +33,9 @@ impl Dispatch for Upstream {
     fn optin_tracking(&self) -> bool {
         Upstream::optin_tracking(self)
     }
+    fn coherence_stats(&self) -> Option<&crate::coherence::tracking::CoherenceStats> {
+        Upstream::coherence_stats(self)
+    }
     fn dedicated_conn(&self, addr: &NodeAddr, session: Session) -> MuxConn {
         Upstream::dedicated_conn(self, addr, session)
     }

@@ -49,6 +49,7 @@ impl Upstream {
                 db: r.db,
                 slot: None,
                 cmd: r.cmd.clone(),
+                refill: false,
             };
             let slot = match probe.keys().first() {
                 Some(k) if self.is_cluster() => Some(Slot::for_key(k)),

@@ -17,6 +17,7 @@ use tracing::error;
 
 use super::{Queued, Write, WriteQueue};
 use crate::cluster::redirect::{self, Action};
+use crate::coherence::refill::{self, Reread};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::dispatch::{Dispatch, Target};
@@ -32,6 +33,10 @@ pub(super) struct Batcher<U> {
     /// each written value leaves the L1 once its write landed (see
     /// [`crate::coherence::tracking`], "Own writes").
     pub(super) release: bool,
+    /// Optin, on the invalidation channel's connection: writes of keys
+    /// being read are followed by re-reads that keep them cached
+    /// ([`crate::coherence::refill`]).
+    pub(super) reread: bool,
     pub(super) db: u16,
     pub(super) rx: mpsc::Receiver<Queued>,
     pub(super) full: Arc<Notify>,
@@ -55,6 +60,7 @@ pub(crate) fn spawn<U: Dispatch>(
     let (flushed, _) = watch::channel(0u64);
     let full = Arc::new(Notify::new());
     let release = up.optin_tracking();
+    let reread = release && conn.is_some();
     let q = WriteQueue {
         tx: Mutex::new(tx),
         enqueued: AtomicU64::new(0),
@@ -79,6 +85,7 @@ pub(crate) fn spawn<U: Dispatch>(
             addr,
             conn,
             release,
+            reread,
             db,
             rx,
             full,
@@ -97,6 +104,11 @@ pub(crate) fn spawn<U: Dispatch>(
 struct Sent {
     batch: Vec<Queued>,
     payload: Bytes,
+    /// Commands in `payload`: the writes, then the re-reads' triples.
+    count: usize,
+    /// The keys re-read after the writes, and when the batch was sent.
+    rereads: Vec<Reread>,
+    sent: Instant,
     /// `None`: the connection task was gone.
     replies: Option<oneshot::Receiver<Result<Replies>>>,
 }
@@ -109,7 +121,7 @@ impl Sent {
     async fn answers(&mut self) -> Option<Replies> {
         let rx = self.replies.as_mut()?;
         match rx.await {
-            Ok(Ok(r)) => answers(r, self.batch.len()),
+            Ok(Ok(r)) => answers(r, self.count),
             _ => None,
         }
     }
@@ -203,7 +215,10 @@ impl<U: Dispatch> Batcher<U> {
                 continue;
             };
             match answers {
-                Some(a) => self.settle_batch(&mut oldest.batch, a).await,
+                Some(a) => {
+                    self.settle_batch(&mut oldest.batch, a, &oldest.rereads, oldest.sent)
+                        .await;
+                }
                 None => {
                     // This batch and all sent after it go again, in order,
                     // once none of them is still on its way.
@@ -213,8 +228,8 @@ impl<U: Dispatch> Batcher<U> {
                         again.push(later);
                     }
                     for mut s in again {
-                        let a = self.resend(&s.batch, s.payload).await;
-                        self.settle_batch(&mut s.batch, a).await;
+                        let a = self.resend(&s.batch, s.payload, s.count).await;
+                        self.settle_batch(&mut s.batch, a, &s.rereads, s.sent).await;
                         spare.push(s.batch);
                     }
                     continue;
@@ -245,7 +260,12 @@ impl<U: Dispatch> Batcher<U> {
         let bucket = wb.config().batch_size_bucket(n);
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
         let serves = self.up.serves(&self.addr);
-        let payload = if n == 1 {
+        let rereads = if self.reread {
+            refill::plan(batch.iter().map(|q| (q.write.refill, q.write.keys())))
+        } else {
+            Vec::new()
+        };
+        let payload = if n == 1 && rereads.is_empty() {
             batch[0].write.cmd.clone()
         } else {
             let mut payload =
@@ -253,30 +273,42 @@ impl<U: Dispatch> Batcher<U> {
             for q in &batch {
                 payload.extend_from_slice(&q.write.cmd);
             }
+            refill::encode(&mut payload, &rereads);
             payload.freeze()
         };
+        let count = n + refill::COMMANDS * rereads.len();
+        if !rereads.is_empty() {
+            if let Some(st) = self.up.coherence_stats() {
+                st.registered_reads
+                    .fetch_add(rereads.len() as u64, Ordering::Relaxed);
+            }
+        }
+        let sent = Instant::now();
         tracing::debug!(db = self.db, n, bytes = payload.len(), "batch send");
         // A node that left the slot map gets nothing more: the batch goes
         // the resend way, to its slots' owners.
         let replies = if serves {
-            self.conn.submit_gathered(payload.clone(), n).await.ok()
+            self.conn.submit_gathered(payload.clone(), count).await.ok()
         } else {
             None
         };
         Sent {
             batch,
             payload,
+            count,
+            rereads,
+            sent,
             replies,
         }
     }
 
-    /// Sends `batch` (encoded as `payload`) again until every write has an
-    /// answer: on the queue's own connection while its node is a master,
-    /// else to the masters that own the writes' slots now. Retries follow
-    /// the slot map, refreshed every 100–250 ms while they fail.
-    async fn resend(&mut self, batch: &[Queued], payload: Bytes) -> Replies {
+    /// Sends `batch` (encoded as `payload`, `n` commands with its
+    /// re-reads) again until every write has an answer: on the queue's own
+    /// connection while its node is a master, else to the masters that own
+    /// the writes' slots now (without the re-reads). Retries follow the
+    /// slot map, refreshed every 100–250 ms while they fail.
+    async fn resend(&mut self, batch: &[Queued], payload: Bytes, n: usize) -> Replies {
         let wb = self.up.write_behind();
-        let n = batch.len();
         let mut backoff = Duration::from_millis(20);
         let mut first = true;
         loop {
@@ -363,11 +395,38 @@ impl<U: Dispatch> Batcher<U> {
     }
 
     /// Gives every write of a batch its final outcome, in order, and
-    /// counts the batch as done.
-    async fn settle_batch(&mut self, batch: &mut Vec<Queued>, replies: Replies) {
+    /// counts the batch as done. `replies` holds the re-reads' replies
+    /// after the writes' when they were sent with them (`rereads`, sent at
+    /// `sent`).
+    async fn settle_batch(
+        &mut self,
+        batch: &mut Vec<Queued>,
+        mut replies: Replies,
+        rereads: &[Reread],
+        sent: Instant,
+    ) {
         let up = self.up.clone();
         let wb = up.write_behind();
         let n = batch.len();
+        let reread_replies = if replies.len() == n + refill::COMMANDS * rereads.len() {
+            replies.split_off(n)
+        } else {
+            Vec::new()
+        };
+        // Which re-read writes landed as written (`+OK`), before the
+        // replies go to `settle`.
+        let landed: smallvec::SmallVec<[bool; 8]> = if reread_replies.is_empty() {
+            smallvec::SmallVec::new()
+        } else {
+            rereads
+                .iter()
+                .map(|r| {
+                    replies
+                        .get(r.write)
+                        .is_some_and(|f| f.first() == Some(&b'+'))
+                })
+                .collect()
+        };
         let mut ok = 0u64;
         for (q, reply) in batch.iter().zip(replies) {
             // The common answer, `+OK`, needs no redirect or error check.
@@ -386,10 +445,26 @@ impl<U: Dispatch> Batcher<U> {
                 st.landed(q.write.slot, q.stamp, now);
             }
         }
-        // Optin: every write of the batch has landed (or failed for good,
-        // which already dropped its keys); their values leave the L1 unless
-        // a later write replaced them. Before `flushed` moves, so a read
-        // that waited for these writes finds them released.
+        // Optin: the keys re-read after their writes become fills of what
+        // the re-read returned (`crate::coherence::refill`); then every
+        // write of the batch has landed (or failed for good, which already
+        // dropped its keys) and their values leave the L1 unless a later
+        // write or a re-read replaced them. Before `flushed` moves, so a
+        // read that waited for these writes finds them so.
+        if let (false, Some(l)) = (reread_replies.is_empty(), wb.listener()) {
+            for ((r, replies), landed) in rereads
+                .iter()
+                .zip(reread_replies.chunks(refill::COMMANDS))
+                .zip(landed)
+            {
+                let Some(q) = batch.get(r.write) else {
+                    continue;
+                };
+                if let (true, Some((value, pttl))) = (landed, refill::outcome(replies)) {
+                    l.refilled(self.db, &r.key, q.at, value.as_ref(), pttl, sent);
+                }
+            }
+        }
         if let (true, Some(l)) = (self.release, wb.listener()) {
             let mut written = batch
                 .iter()

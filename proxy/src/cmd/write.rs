@@ -425,6 +425,7 @@ mod tests {
                 db: 0,
                 slot: None,
                 cmd,
+                refill: false,
             };
             assert_eq!(queued.keys().into_vec(), vec![Bytes::from("k")]);
         }

@@ -283,6 +283,8 @@ pub(super) fn l1(o: &Options) -> Result<L1Config, ConfigError> {
         },
         include_prefixes: bytes_of(&o.l1_include_prefix),
         exclude_prefixes: bytes_of(&o.l1_exclude_prefix),
+        // Only optin tracking re-reads what the proxy writes.
+        read_marks: matches!(o.tracking.unwrap_or(TrackingArg::Optin), TrackingArg::Optin),
     })
 }
 

@@ -41,7 +41,7 @@ pub(super) fn may_write(info: &CommandInfo) -> bool {
 }
 
 /// Which of a node's `lanes` fill connections fills `key` (FNV-1a).
-fn fill_lane(key: &[u8], lanes: usize) -> usize {
+pub(super) fn fill_lane(key: &[u8], lanes: usize) -> usize {
     if lanes <= 1 {
         return 0;
     }

@@ -39,6 +39,9 @@ struct Queue<'a, 'w> {
     pairs: &'a [(usize, usize)],
     need: usize,
     permit: Reservation<'w>,
+    /// Some key was read since its last write: the write re-reads it
+    /// (`sidecache_pool::coherence::refill`).
+    refill: bool,
 }
 
 impl Client {
@@ -95,7 +98,7 @@ impl Client {
                 Err(e) => return self.no_room(wait, &e),
             }
         }
-        let now = self.cache_written(&plan, args, now_ms);
+        let (now, refill) = self.cache_written(&plan, args, now_ms);
         if !groups.iter().all(|g| self.coherent(g.0)) {
             for &(k, _) in &plan.pairs {
                 self.shared.drop_cached(self.st.db, &args[k]);
@@ -109,6 +112,7 @@ impl Client {
                 pairs: &pairs,
                 need,
                 permit,
+                refill,
             };
             match self.queue(&shared, &plan, args, raw, group, now) {
                 Outcome::Queued(seq) => journalled = journalled.max(seq),
@@ -179,7 +183,7 @@ impl Client {
             Ok(p) => p,
             Err(e) => return self.no_room(wait, &e),
         };
-        let now = self.cache_written(plan, args, now_ms);
+        let (now, refill) = self.cache_written(plan, args, now_ms);
         if !self.coherent(node) {
             self.shared.drop_cached(self.st.db, &args[pair.0]);
         }
@@ -189,6 +193,7 @@ impl Client {
             pairs: &pairs,
             need,
             permit,
+            refill,
         };
         match self.queue(&shared, plan, args, raw, group, now) {
             Outcome::Queued(seq) => self.acknowledge(wb, seq),
@@ -272,6 +277,7 @@ impl Client {
             pairs,
             need,
             permit,
+            refill,
         } = group;
         let cmd = write::encode(plan, args, raw, pairs, need, &mut self.write_buf);
         // The topology a flush before took in may have fewer nodes.
@@ -279,10 +285,17 @@ impl Client {
             return Outcome::NoNode;
         };
         let db = self.st.db;
-        match shared
-            .upstream
-            .queue_write(n, Write { db, slot, cmd }, permit, now)
-        {
+        match shared.upstream.queue_write(
+            n,
+            Write {
+                db,
+                slot,
+                cmd,
+                refill,
+            },
+            permit,
+            now,
+        ) {
             Ok(seq) => Outcome::Queued(seq),
             Err(e) => {
                 for &(k, _) in pairs {
@@ -302,14 +315,17 @@ impl Client {
 
     /// The written values become what the L1 serves (or, for KEEPTTL, whose
     /// remaining TTL the proxy does not know, the keys are dropped).
-    /// Returns the clock it read (when the write was acknowledged).
-    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) -> Instant {
+    /// Returns the clock it read (when the write was acknowledged), and
+    /// whether a key was read since its last write (the write then re-reads
+    /// its keys once landed, to keep them cached).
+    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) -> (Instant, bool) {
         let now = Instant::now();
         let deadline = match plan.expiry {
             Expiry::Persist | Expiry::KeepTtl => now + Duration::from_secs(365 * 24 * 3600),
             Expiry::At(ms) => now + Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0)),
         };
         let db = self.st.db;
+        let mut refill = false;
         for &(k, v) in &plan.pairs {
             self.observe_write(&args[k]);
             if plan.expiry == Expiry::KeepTtl {
@@ -320,9 +336,16 @@ impl Client {
                 }
                 self.shared.invalidate_from(db, &args[k], Some(self.st.id));
             } else {
-                self.shared
+                let written = self
+                    .shared
                     .l1
                     .insert_written(db, &args[k], &args[v], deadline, now);
+                // Only a key registered on the connection that writes it
+                // (fill lane 0) is kept by a re-read: see
+                // `sidecache_pool::config::DEFAULT_FILL_CONNECTIONS`.
+                refill |= written.cached
+                    && written.read
+                    && super::cache::fill_lane(&args[k], self.fill_lanes) == 0;
                 self.shared.flights.forget(db, &args[k]);
                 if self.shared.tracked.active() {
                     let keys = std::slice::from_ref(&args[k]);
@@ -336,6 +359,6 @@ impl Client {
         }
         // Fetches later in this batch must not join other clients' flights.
         self.batch_writes = true;
-        now
+        (now, refill)
     }
 }

@@ -92,9 +92,10 @@ fn coherence(s: &Shared) -> String {
         (up.coherence_stats(), up.tracking_mode())
     {
         out.push_str(&format!(
-            "registered_reads:{}\r\nwritten_released:{}\r\ntracking_echoes:{}\r\n",
+            "registered_reads:{}\r\nwritten_released:{}\r\nwritten_kept:{}\r\ntracking_echoes:{}\r\n",
             load(&st.registered_reads),
             s.l1.stats().released,
+            s.l1.stats().refills,
             load(&st.echoes),
         ));
     }

@@ -222,10 +222,17 @@ impl Shared {
     /// flights, telling no tracking client (invalidation channels name
     /// keys, not databases).
     fn forget_everywhere(&self, keys: &[Bytes]) {
+        self.forget_everywhere_but(keys, None);
+    }
+
+    /// [`Shared::forget_everywhere`], sparing database `spare`.
+    fn forget_everywhere_but(&self, keys: &[Bytes], spare: Option<u16>) {
         for k in keys {
             self.l1.for_used_dbs(|db| {
-                self.l1.invalidate(db, k);
-                self.flights.forget(db, k);
+                if Some(db) != spare {
+                    self.l1.invalidate(db, k);
+                    self.flights.forget(db, k);
+                }
             });
         }
     }
@@ -318,6 +325,22 @@ impl sidecache_pool::WriteListener for InvalidateOnFailure {
         }
     }
 
+    fn refilled(
+        &self,
+        db: u16,
+        key: &Bytes,
+        written: std::time::Instant,
+        value: Option<&Bytes>,
+        pttl: i64,
+        sent: std::time::Instant,
+    ) -> bool {
+        self.0.upgrade().is_some_and(|shared| {
+            shared
+                .l1
+                .refill_written(db, key, written, value, pttl, sent)
+        })
+    }
+
     fn landed(&self, db: u16, written: &mut dyn Iterator<Item = (&[u8], std::time::Instant)>) {
         if let Some(shared) = self.0.upgrade() {
             for (k, at) in written {
@@ -347,9 +370,12 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
     /// them for that connection, in every database); tracking clients
     /// are not told again of a write they were told of at its
     /// acknowledgement (and may have read since).
-    fn invalidate_echo(&self, keys: &[Bytes]) {
+    /// With `written_db`, the report came right after the write on its
+    /// own connection: what that database caches for the keys is the
+    /// write's value or newer, and stays (`sidecache_pool::coherence::refill`).
+    fn invalidate_echo(&self, keys: &[Bytes], written_db: Option<u16>) {
         if let Some(shared) = self.0.upgrade() {
-            shared.forget_everywhere(keys);
+            shared.forget_everywhere_but(keys, written_db);
         }
     }
 

@@ -10,10 +10,13 @@ impl CoherenceListener for Seen {
             g.push(String::from_utf8_lossy(k).into_owned());
         }
     }
-    fn invalidate_echo(&self, keys: &[Bytes]) {
+    fn invalidate_echo(&self, keys: &[Bytes], written_db: Option<u16>) {
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         for k in keys {
-            g.push(format!("echo {}", String::from_utf8_lossy(k)));
+            match written_db {
+                Some(db) => g.push(format!("echo {} sparing {db}", String::from_utf8_lossy(k))),
+                None => g.push(format!("echo {}", String::from_utf8_lossy(k))),
+            }
         }
     }
 
@@ -44,7 +47,7 @@ fn channel_with_listener(mode: TrackingMode) -> (Arc<Hub>, Arc<Seen>, Channel) {
         host: "127.0.0.1".into(),
         port: 7000,
     };
-    let ch = Channel::new(addr, Arc::clone(&hub));
+    let ch = Channel::new(addr, 0, Arc::clone(&hub));
     (hub, seen, ch)
 }
 
@@ -86,9 +89,9 @@ fn pushes_reach_the_listener_and_loss_resets() {
         vec![
             "a",
             "b",
-            "echo b",
+            "echo b sparing 0",
             "a",
-            "echo b",
+            "echo b sparing 0",
             "reset 127.0.0.1:7000",
             "reset 127.0.0.1:7000"
         ]

@@ -114,10 +114,21 @@ impl<'a> Echoes<'a> {
     /// A reply of `cur` was read: a read answered may have registered
     /// keys whose echo was awaited ("Echoes elsewhere").
     pub(super) fn replied(&mut self, cur: &Inflight) {
-        if let (Some(ch), Some(p), false) = (self.channel, &cur.payload, cur.writes) {
-            if ch.awaits_echoes() {
-                ch.answered(&self.echo.args(p, cur.frames.len() - 1));
-            }
+        let (Some(ch), Some(p)) = (self.channel, &cur.payload) else {
+            return;
+        };
+        if !ch.awaits_echoes() {
+            return;
+        }
+        let args = self.echo.args(p, cur.frames.len() - 1);
+        // In a write-behind batch, only its re-reads' GETs read
+        // (`crate::coherence::refill`); its writes end no wait.
+        let reads = !cur.writes
+            || args
+                .first()
+                .is_some_and(|name| name.eq_ignore_ascii_case(b"get"));
+        if reads {
+            ch.answered(&args);
         }
     }
 
