@@ -44,26 +44,32 @@
 //! it selected is cached under optin (other databases are read and written
 //! through, uncached; use bcast to cache several databases).
 //!
-//! ## Own writes (optin): cached until they land, then released
+//! ## Own writes (optin): re-read when the key is being read, else released
 //! A write forgets every registration of its key, ours too, and Redis
 //! tells no one of a key's later changes until someone reads it again
-//! with `CLIENT CACHING YES`. Keeping a written value in the L1 after its
-//! write landed would therefore need the batch to register its keys again
-//! atomically (a `MULTI` with an `EXISTS` of every key written: measured
-//! at 3–5× Redis's CPU per write). The default does not pay that. A value
-//! this proxy writes is served from the L1 only while its write is queued
-//! or on its way, when it *is* the key's value as far as any reader of
-//! this proxy may know (contract 1); once the write's reply is read, the
-//! batcher hands each key with its write's stamp (the instant it was
-//! acknowledged) to [`crate::WriteListener::landed`], and the entry is
-//! dropped unless a later write replaced it (`L1::release_written`). The
-//! next read of the key is a miss that registers it (`CLIENT CACHING
-//! YES; GET`), so only keys read again cost Redis a tracking entry, and a
-//! write costs Redis what an untracked `SET` costs, plus a lookup in its
-//! tracking table (measured 1.09× of the same SETs sent directly, with
-//! `bench/scale.sh sustained`). When a written key was registered by an
-//! earlier fill, Redis sends its invalidation to this connection (no
-//! `NOLOOP`): it is applied like any other, at worst a lost hit.
+//! with `CLIENT CACHING YES`. A value this proxy writes is served from the
+//! L1 while its write is queued or on its way, when it *is* the key's
+//! value as far as any reader of this proxy may know (contract 1). Once
+//! the write's reply is read:
+//! - a key read since its last write (the L1's read marks) was registered
+//!   again and read back in the write's own pipeline, after the write
+//!   (`CLIENT CACHING YES; GET k; PTTL k`), and the written entry becomes
+//!   that read's fill: the key stays cached and followed. Design, cost and
+//!   race argument: [`crate::coherence::refill`];
+//! - any other key is handed with its write's stamp (the instant it was
+//!   acknowledged) to [`crate::WriteListener::landed`], and the entry is
+//!   dropped unless a later write replaced it (`L1::release_written`). The
+//!   next read of the key is a miss that registers it (`CLIENT CACHING
+//!   YES; GET`), so a key nobody reads costs Redis what an untracked `SET`
+//!   costs, plus a lookup in its tracking table (measured 1.09× of the same
+//!   SETs sent directly, with `bench/scale.sh sustained`).
+//!
+//! When a written key was registered before the write, Redis sends its
+//! invalidation to the connection that holds the registration (no
+//! `NOLOOP`). On the connection that wrote it, right after the write's
+//! reply, it is the write's echo (`crate::conn::mux`'s `echo`) and spares
+//! the written database; elsewhere it is applied like any other, at
+//! worst a lost hit.
 //!
 //! The channel is *up* from the moment Redis acknowledged `CLIENT TRACKING`
 //! until the connection is lost or a heartbeat goes unanswered. While it is down, the master's part of the
@@ -112,7 +118,8 @@
 //!   release keeps it; that write overwrites `F` when it lands, and is
 //!   released in turn. Releasing never keeps a value: a stamp that does
 //!   not match only spares a *later* write's value, which its own landing
-//!   releases. A read after the release misses; it waits for the writes
+//!   releases. A re-read after the write keeps the key instead, by the
+//!   argument in [`crate::coherence::refill`]. A read after the release misses; it waits for the writes
 //!   queued before it (`Upstream::submit`), so its `GET` runs after `L`,
 //!   registers `k`, and any later write by anyone is pushed. Our own
 //!   forwarded writes travel on other connections and are invalidated like
