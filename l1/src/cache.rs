@@ -22,7 +22,7 @@
 //! stale one.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,9 +35,12 @@ use crate::stats::{Stats, StatsSnapshot};
 
 /// Epoch buckets (a power of two).
 const BUCKETS: usize = 4096;
-/// Read marks, in 64-bit words (a power of two): 2^22 marks, 512 KiB.
-/// Keys sharing a mark only cost a re-registration too many.
-const MARK_WORDS: usize = 1 << 16;
+/// Marks wrap after this many seconds (18 hours): a key last read a
+/// multiple of that ago may look read lately, one re-read too many.
+const MARK_WRAP: u16 = u16::MAX;
+/// Read marks (a power of two): 2^19 of 2 bytes, 1 MiB. Keys sharing a
+/// mark only cost a re-read too many.
+const MARKS: usize = 1 << 19;
 /// Estimated bytes an entry costs beyond its key and value (key struct,
 /// deadline, table slot, queue links, allocation headers).
 pub const ENTRY_OVERHEAD: u64 = 128;
@@ -232,10 +235,10 @@ pub struct FillTicket {
 pub struct Written {
     /// The value is cached (else the key was only invalidated).
     pub cached: bool,
-    /// The key was read since the proxy last wrote it (a fill, or a hit on
-    /// a written or re-registered value): the write should register it
-    /// again with the upstream, so it stays cached once it lands (see
-    /// [`L1::refill_written`]).
+    /// The key was read within the TTL cap (a fill, or a hit on a written
+    /// or re-read value): it is being read, so the write should register
+    /// it again with the upstream and it stays cached once it lands (see
+    /// [`L1::refill_written`]). A key nobody read for that long is not.
     pub read: bool,
 }
 
@@ -244,10 +247,14 @@ pub struct L1 {
     cfg: L1Config,
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
-    /// One bit per key hash: read since its last write (see
-    /// [`Written::read`]). Set by fills and by hits on entries that
-    /// [`Entry::notes_reads`]; taken by [`L1::insert_written`].
-    marks: Box<[AtomicU64]>,
+    /// Per key hash, the second (since `born`, plus one; 0: never) it was
+    /// last read (see [`Written::read`]). Set by fills and by hits on
+    /// entries whose [`Origin::notes_reads`]; read by
+    /// [`L1::insert_written`]. Empty without `read_marks`.
+    marks: Box<[AtomicU16]>,
+    /// How recent a read makes a write re-read its key: the TTL cap in
+    /// seconds (a fill's entry lives no longer), at most half a wrap.
+    read_window: u16,
     /// Spreads keys over the epoch buckets.
     spread: foldhash::fast::RandomState,
     stats: Arc<Stats>,
@@ -287,17 +294,19 @@ impl L1 {
         });
         let epochs = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();
         let marks = (0..if cache.is_some() && cfg.read_marks {
-            MARK_WORDS
+            MARKS
         } else {
             0
         })
-            .map(|_| AtomicU64::new(0))
+            .map(|_| AtomicU16::new(0))
             .collect();
+        let read_window = cfg.ttl_cap.as_secs().clamp(1, u64::from(MARK_WRAP / 2)) as u16;
         L1 {
             cfg,
             cache,
             epochs,
             marks,
+            read_window,
             spread: foldhash::fast::RandomState::default(),
             stats,
             used_dbs: AtomicU64::new(0),
@@ -328,31 +337,39 @@ impl L1 {
         self.spread.hash_one(KeyRef { db, key })
     }
 
-    /// The word and bit of a hash's read mark (bits above the bucket's).
-    fn mark(&self, hash: u64) -> Option<(&AtomicU64, u64)> {
-        let m = (hash >> 12) as usize;
-        let word = self.marks.get((m >> 6) & (MARK_WORDS - 1))?;
-        Some((word, 1u64 << (m & 63)))
+    /// A hash's read mark (bits above the bucket's).
+    fn mark(&self, hash: u64) -> Option<&AtomicU16> {
+        self.marks.get((hash >> 12) as usize & (MARKS - 1))
     }
 
-    /// Notes that the key was read (a load, and a store only the first
-    /// time: hot keys share no written cache line between readers).
-    fn note_read(&self, hash: u64) {
-        if let Some((word, bit)) = self.mark(hash) {
-            if word.load(Ordering::Relaxed) & bit == 0 {
-                word.fetch_or(bit, Ordering::Relaxed);
+    /// `now` as a mark: seconds since `born`, wrapped, never 0.
+    fn second(&self, now: Instant) -> u16 {
+        (now.saturating_duration_since(self.born).as_secs() % u64::from(MARK_WRAP)) as u16 + 1
+    }
+
+    /// Notes that the key was read at `now` (a load, and a store at most
+    /// once a second: readers of a hot key share no written cache line).
+    fn note_read(&self, hash: u64, now: Instant) {
+        if let Some(m) = self.mark(hash) {
+            let s = self.second(now);
+            if m.load(Ordering::Relaxed) != s {
+                m.store(s, Ordering::Relaxed);
             }
         }
     }
 
-    /// Whether the key was read since the last call, clearing its mark.
-    fn take_read(&self, hash: u64) -> bool {
-        match self.mark(hash) {
-            Some((word, bit)) => {
-                word.load(Ordering::Relaxed) & bit != 0
-                    && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    /// Whether the key was read within the read window before `now`.
+    fn read_lately(&self, hash: u64, now: Instant) -> bool {
+        let Some(m) = self.mark(hash) else {
+            return false;
+        };
+        match m.load(Ordering::Relaxed) {
+            0 => false,
+            last => {
+                let wrap = u32::from(MARK_WRAP);
+                let age = (u32::from(self.second(now)) + wrap - u32::from(last)) % wrap;
+                age <= u32::from(self.read_window)
             }
-            None => false,
         }
     }
 
@@ -375,7 +392,7 @@ impl L1 {
             Some(e) if e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
                 if e.origin.notes_reads() && !self.marks.is_empty() {
-                    self.note_read(self.hash(db, key));
+                    self.note_read(self.hash(db, key), now);
                 }
                 Lookup::Hit(e.value)
             }
@@ -459,7 +476,7 @@ impl L1 {
             return false;
         }
         // The fill was a read: the key's next write registers it again.
-        self.note_read(self.hash(db, &key));
+        self.note_read(self.hash(db, &key), t.started);
         Stats::add(&self.stats.fills, 1);
         true
     }
@@ -554,8 +571,7 @@ impl L1 {
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
     /// cached (a filtered key or an oversized value is only invalidated),
-    /// and whether the key was read since its last write (the read mark,
-    /// taken). `now` is the caller's clock read (one per write, not one per
+    /// and whether the key was read within the TTL cap (its read mark). `now` is the caller's clock read (one per write, not one per
     /// step).
     pub fn insert_written(
         &self,
@@ -574,7 +590,7 @@ impl L1 {
         self.mark_used(db);
         let hash = self.hash(db, key);
         self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
-        let read = self.take_read(hash);
+        let read = self.read_lately(hash, now);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now

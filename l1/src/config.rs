@@ -24,9 +24,9 @@ pub struct L1Config {
     pub include_prefixes: Vec<Vec<u8>>,
     /// Keys starting with one of these are never cached.
     pub exclude_prefixes: Vec<Vec<u8>>,
-    /// Keep read marks (optin tracking): whether a key was read since its
-    /// last write ([`crate::Written::read`]). 512 KiB, and a hash per hit
-    /// on a written value; off, every write reports no read.
+    /// Keep read marks (optin tracking): whether a key was read within the
+    /// TTL cap ([`crate::Written::read`]). 1 MiB, and a hash per hit on a
+    /// written or re-read value; off, every write reports no read.
     pub read_marks: bool,
 }
 

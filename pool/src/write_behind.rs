@@ -66,7 +66,7 @@ pub struct Write {
     pub slot: Option<Slot>,
     /// The encoded command (`SET key …`, `MSET key value …`).
     pub cmd: Bytes,
-    /// Optin tracking: its keys were read since their last write, so the
+    /// Optin tracking: its keys were read lately (within the L1's TTL cap), so the
     /// batch that carries it registers them again and reads them back
     /// (see [`crate::coherence::refill`]): they stay cached once it lands.
     pub refill: bool,

@@ -438,23 +438,54 @@ fn an_entry_without_other_reads_grows_by_one_pointer() {
 }
 
 #[test]
-fn a_write_reports_whether_its_key_was_read_since_the_last_write() {
-    let c = l1(1 << 20);
+fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
+    let c = L1::new(L1Config {
+        ttl_cap: Duration::from_secs(1),
+        ..L1Config::default()
+    });
     let later = Instant::now() + Duration::from_secs(60);
     // Never read: no re-read wanted.
     let w = c.insert_written(0, &b("k"), &b("1"), later, Instant::now());
-    assert_eq!(w, Written { cached: true, read: false });
-    // Read (a hit on the written value): the next write wants one, once.
-    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
-    assert!(c.insert_written(0, &b("k"), &b("2"), later, Instant::now()).read);
-    assert!(!c.insert_written(0, &b("k"), &b("3"), later, Instant::now()).read);
+    assert_eq!(
+        w,
+        Written {
+            cached: true,
+            read: false
+        }
+    );
+    assert!(
+        !c.insert_written(0, &b("k"), &b("2"), later, Instant::now())
+            .read
+    );
+    // Read (a hit on the written value): the next writes want one while
+    // the read is within the cap.
+    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("2"))));
+    assert!(
+        c.insert_written(0, &b("k"), &b("3"), later, Instant::now())
+            .read
+    );
+    assert!(
+        c.insert_written(0, &b("k"), &b("4"), later, Instant::now())
+            .read
+    );
     // A fill is a read too.
     let t = c.begin_fill(0, b"j");
     assert!(c.complete_fill(t, 0, b("j"), Some(b("v")), -1));
-    assert!(c.insert_written(0, &b("j"), &b("w"), later, Instant::now()).read);
+    assert!(
+        c.insert_written(0, &b("j"), &b("w"), later, Instant::now())
+            .read
+    );
     // Another database is another key.
-    assert_eq!(c.get(0, &b("j")), Lookup::Hit(Some(b("w"))));
-    assert!(!c.insert_written(1, &b("j"), &b("w"), later, Instant::now()).read);
+    assert!(
+        !c.insert_written(1, &b("k"), &b("w"), later, Instant::now())
+            .read
+    );
+    // Past the cap (1 s; marks count whole seconds): no longer read.
+    let t = Instant::now() + Duration::from_millis(2_100);
+    assert!(
+        !c.insert_written(0, &b("k"), &b("5"), later + Duration::from_secs(3), t)
+            .read
+    );
     // Off (bcast): never a read.
     let off = L1::new(L1Config {
         read_marks: false,
@@ -462,7 +493,10 @@ fn a_write_reports_whether_its_key_was_read_since_the_last_write() {
     });
     off.insert_written(0, &b("k"), &b("1"), later, Instant::now());
     assert_eq!(off.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
-    assert!(!off.insert_written(0, &b("k"), &b("2"), later, Instant::now()).read);
+    assert!(
+        !off.insert_written(0, &b("k"), &b("2"), later, Instant::now())
+            .read
+    );
 }
 
 #[test]

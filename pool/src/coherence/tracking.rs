@@ -51,7 +51,7 @@
 //! L1 while its write is queued or on its way, when it *is* the key's
 //! value as far as any reader of this proxy may know (contract 1). Once
 //! the write's reply is read:
-//! - a key read since its last write (the L1's read marks) was registered
+//! - a key read lately (within the TTL cap: the L1's read marks) was registered
 //!   again and read back in the write's own pipeline, after the write
 //!   (`CLIENT CACHING YES; GET k; PTTL k`), and the written entry becomes
 //!   that read's fill: the key stays cached and followed. Design, cost and

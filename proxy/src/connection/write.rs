@@ -39,7 +39,7 @@ struct Queue<'a, 'w> {
     pairs: &'a [(usize, usize)],
     need: usize,
     permit: Reservation<'w>,
-    /// Some key was read since its last write: the write re-reads it
+    /// Some key was read lately (within the TTL cap): the write re-reads it
     /// (`sidecache_pool::coherence::refill`).
     refill: bool,
 }
@@ -316,7 +316,7 @@ impl Client {
     /// The written values become what the L1 serves (or, for KEEPTTL, whose
     /// remaining TTL the proxy does not know, the keys are dropped).
     /// Returns the clock it read (when the write was acknowledged), and
-    /// whether a key was read since its last write (the write then re-reads
+    /// whether a key was read lately (the write then re-reads
     /// its keys once landed, to keep them cached).
     fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) -> (Instant, bool) {
         let now = Instant::now();
