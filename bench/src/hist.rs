@@ -1,8 +1,12 @@
 //! A latency histogram with 1 µs buckets (redis-benchmark's are about 8 µs
 //! wide around 25 µs, too coarse to tell a GET hit from a SET
-//! acknowledgement), exact to the microsecond up to [`Histogram::SPAN_US`].
+//! acknowledgement), exact to the microsecond up to [`Histogram::SPAN_US`];
+//! and its text form, to merge the histograms of several processes.
 
+use std::fmt::Write as _;
 use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
 
 /// Counts of latencies by whole microsecond.
 #[derive(Debug, Clone)]
@@ -100,6 +104,65 @@ impl Histogram {
             .map(|(us, &n)| (us as u64, n))
             .chain((self.over > 0).then_some((self.over_max_us, self.over)))
     }
+
+    /// The histogram as text, every sample kept: a line of totals
+    /// (`count=N sum_ns=N over=N over_max_us=N`), then `µs count` per
+    /// non-empty bucket. [`Histogram::from_text`] reads it back.
+    pub fn to_text(&self) -> String {
+        let mut s = format!(
+            "count={} sum_ns={} over={} over_max_us={}\n",
+            self.count, self.sum_ns, self.over, self.over_max_us
+        );
+        for (us, &n) in self.buckets.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let _ = writeln!(s, "{us} {n}");
+        }
+        s
+    }
+
+    /// Reads what [`Histogram::to_text`] wrote.
+    ///
+    /// # Errors
+    /// A malformed line, a bucket at or past [`Histogram::SPAN_US`], or
+    /// counts that do not add up.
+    pub fn from_text(text: &str) -> Result<Histogram> {
+        let mut lines = text.lines();
+        let head = lines.next().context("empty histogram")?;
+        let mut h = Histogram::new();
+        for kv in head.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("histogram totals: {kv:?} is not key=value"))?;
+            let bad = || format!("histogram totals: bad {k}: {v:?}");
+            match k {
+                "count" => h.count = v.parse().with_context(bad)?,
+                "sum_ns" => h.sum_ns = v.parse().with_context(bad)?,
+                "over" => h.over = v.parse().with_context(bad)?,
+                "over_max_us" => h.over_max_us = v.parse().with_context(bad)?,
+                _ => bail!("histogram totals: unknown key {k:?}"),
+            }
+        }
+        let mut counted = h.over;
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            let parsed = line.split_once(' ').and_then(|(us, n)| {
+                Some((us.parse::<usize>().ok()?, n.trim().parse::<u64>().ok()?))
+            });
+            let Some((us, n)) = parsed else {
+                bail!("histogram bucket: {line:?} is not `µs count`");
+            };
+            let Some(b) = h.buckets.get_mut(us) else {
+                bail!("histogram bucket {us} µs is past the span");
+            };
+            *b += n;
+            counted += n;
+        }
+        if counted != h.count {
+            bail!(
+                "histogram: buckets hold {counted} samples, count says {}",
+                h.count
+            );
+        }
+        Ok(h)
+    }
 }
 
 #[cfg(test)]
@@ -121,5 +184,27 @@ mod tests {
         h.merge(&g);
         assert_eq!(h.quantile_us(1.0), 1_000_000.0);
         assert_eq!(h.buckets().count(), 101);
+    }
+
+    #[test]
+    fn text_round_trips() {
+        let mut h = Histogram::new();
+        for ns in [300u64, 1_700, 1_900, 42_000, 250_000_000] {
+            h.record(Duration::from_nanos(ns));
+        }
+        let back = Histogram::from_text(&h.to_text()).expect("parses");
+        assert_eq!(back.buckets, h.buckets);
+        assert_eq!(
+            (back.count, back.sum_ns, back.over, back.over_max_us),
+            (h.count, h.sum_ns, h.over, h.over_max_us)
+        );
+        assert_eq!(
+            Histogram::from_text(&Histogram::new().to_text())
+                .expect("parses")
+                .count(),
+            0
+        );
+        assert!(Histogram::from_text("count=2 sum_ns=0 over=0 over_max_us=0\n1 1\n").is_err());
+        assert!(Histogram::from_text("count=1 sum_ns=0 over=0 over_max_us=0\n100000 1\n").is_err());
     }
 }
