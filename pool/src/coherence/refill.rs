@@ -21,13 +21,14 @@
 //!
 //! ```text
 //!  SET k v · SET j w · … (the batch's writes, in queue order)
-//!  CLIENT CACHING YES · GET k · PTTL k      one triple per key written last
-//!                                           in the batch with `refill`
+//!  CLIENT CACHING YES · MGET k j … · PTTL k · PTTL j · …
+//!      the keys written last in the batch with `refill`; one MGET per
+//!      slot in a cluster (standalone: one for the batch)
 //! ```
 //!
-//! The `GET` registers `k` again for the connection and returns `k`'s
-//! value once it ran; with the `PTTL`, that is a fill of `k` made after the
-//! write, and the written entry becomes that fill (`L1::refill_written`)
+//! The `MGET` registers each key again for the connection and returns its
+//! value once it ran; with its `PTTL`, that is a fill of the key made
+//! after the write, and the written entry becomes that fill (`L1::refill_written`)
 //! if it still holds this write's value when the batch's replies are all
 //! in. Keys nobody read within the cap are not re-read: their writes cost
 //! Redis what they cost before (an untracked `SET` and a lookup in the
@@ -42,8 +43,9 @@
 //!
 //! # Why no other writer's change is missed
 //! Let our write `W` of `k` (acknowledged at `A`, its value in the L1 with
-//! stamp `A`) run upstream at `L`, the re-read's `GET` at `G` and its
-//! `PTTL` at `P` (`L < G < P`: one connection, in order), and let the
+//! stamp `A`) run upstream at `L`, the re-read's `MGET` (`GET` below: one
+//! command, run at once) at `G` and its `PTTL` at `P` (`L < G < P`: one
+//! connection, in order), and let the
 //! batch's last reply be read at `R`. Another client changes `k` at `F`:
 //! - `F < L`: `W` overwrites it. If `k` was registered for us then, its
 //!   report arrives before `W`'s reply and is applied: the entry goes, and
@@ -83,22 +85,22 @@
 //! this connection (Redis's registrations name keys, not databases).
 //!
 //! # Cost
-//! Per re-read key: three commands more in the batch (`CLIENT CACHING`,
-//! `GET`, `PTTL`), a tracking-table entry while the key is cached, and the
-//! report of its next write. That is what a miss of the key would cost
-//! (the same three commands), paid once per write instead of once per
-//! write *and* read, and only for keys being read. Measured with
+//! Per batch (per slot in a cluster) with re-reads: `CLIENT CACHING YES`
+//! and one `MGET`; per re-read key: its part of the `MGET`, a `PTTL`, a
+//! tracking-table entry while the key is cached, and the report of its
+//! next write. A miss of the key would cost three commands (`CLIENT
+//! CACHING`, `GET`, `PTTL`) and a round trip; this is paid in the write's
+//! batch, and only for keys being read. Measured with
 //! `bench/workload.sh`: docs/benchmarks.md ("Read-write workloads").
 
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
 use sidecache_resp::frame::Value;
 
+use crate::cluster::slot::Slot;
+
 /// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
 const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
-
-/// Commands each re-read adds to its batch.
-pub(crate) const COMMANDS: usize = 3;
 
 /// One key to re-read after the writes of a batch.
 #[derive(Debug)]
@@ -107,58 +109,167 @@ pub(crate) struct Reread {
     pub(crate) write: usize,
     /// The key (a slice of that write's command).
     pub(crate) key: Bytes,
+    /// Its slot (cluster): one `MGET` per slot.
+    slot: Option<Slot>,
+}
+
+/// The re-reads of a batch, grouped by slot (one `MGET` each), in the
+/// order their replies come.
+#[derive(Debug, Default)]
+pub(crate) struct Rereads {
+    keys: Vec<Reread>,
+    /// The length of each slot's run in `keys`.
+    groups: Vec<usize>,
+}
+
+impl Rereads {
+    /// Whether there are none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// How many keys are re-read.
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The keys, in the order of [`Rereads::outcomes`].
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Reread> {
+        self.keys.iter()
+    }
+
+    /// The commands they add to the batch.
+    pub(crate) fn commands(&self) -> usize {
+        2 * self.groups.len() + self.keys.len()
+    }
+
+    /// Appends their commands to a batch's encoded writes.
+    pub(crate) fn encode(&self, out: &mut BytesMut) {
+        let mut at = 0;
+        for &n in &self.groups {
+            let group = &self.keys[at..at + n];
+            out.extend_from_slice(CACHING_YES);
+            let mut args: Vec<&[u8]> = Vec::with_capacity(n + 1);
+            args.push(b"MGET");
+            args.extend(group.iter().map(|r| &r.key[..]));
+            encode::encode_command(out, &args);
+            for r in group {
+                encode::encode_command(out, &[b"PTTL".as_slice(), &r.key]);
+            }
+            at += n;
+        }
+    }
+
+    /// Each re-read key with what its replies say (see [`outcome`]), given
+    /// the replies of their commands (`None` for all if the count is
+    /// wrong).
+    pub(crate) fn outcomes<'a>(
+        &'a self,
+        replies: &'a [Bytes],
+    ) -> impl Iterator<Item = (&'a Reread, Option<Outcome>)> + 'a {
+        let whole = replies.len() == self.commands();
+        let mut at = 0usize;
+        let mut reply_at = 0usize;
+        self.groups.iter().flat_map(move |&n| {
+            let group = &self.keys[at..at + n];
+            let frames = if whole {
+                replies.get(reply_at..reply_at + 2 + n)
+            } else {
+                None
+            };
+            at += n;
+            reply_at += 2 + n;
+            let values = frames.and_then(|f| values(&f[..2], n));
+            group.iter().enumerate().map(move |(i, r)| {
+                let got = match (&values, frames) {
+                    (Some(v), Some(f)) => outcome(v.get(i).cloned().flatten(), f.get(2 + i)),
+                    _ => None,
+                };
+                (r, got)
+            })
+        })
+    }
 }
 
 /// The keys a batch re-reads: each key of a write marked `refill`, unless
 /// a later write of the batch writes it too (only the last write of a key
-/// can stay cached). `writes` yields each write's `refill` flag and keys,
-/// in batch order.
+/// can stay cached). `writes` yields each write's `refill` flag, slot and
+/// keys, in batch order.
 pub(crate) fn plan(
-    writes: impl Iterator<Item = (bool, smallvec::SmallVec<[Bytes; 1]>)>,
-) -> Vec<Reread> {
+    writes: impl Iterator<Item = (bool, Option<Slot>, smallvec::SmallVec<[Bytes; 1]>)>,
+) -> Rereads {
     let writes: Vec<_> = writes.collect();
-    if !writes.iter().any(|(refill, _)| *refill) {
-        return Vec::new();
+    if !writes.iter().any(|(refill, _, _)| *refill) {
+        return Rereads::default();
     }
     let mut seen: std::collections::HashSet<Bytes, foldhash::fast::RandomState> =
         std::collections::HashSet::with_capacity_and_hasher(writes.len(), Default::default());
-    let mut out = Vec::new();
-    for (i, (refill, keys)) in writes.into_iter().enumerate().rev() {
-        for k in keys.into_iter().rev() {
+    let mut keys = Vec::new();
+    for (i, (refill, slot, ks)) in writes.into_iter().enumerate().rev() {
+        for k in ks.into_iter().rev() {
             if seen.insert(k.clone()) && refill {
-                out.push(Reread { write: i, key: k });
+                keys.push(Reread {
+                    write: i,
+                    key: k,
+                    slot,
+                });
             }
         }
     }
-    out.reverse();
-    out
-}
-
-/// Appends the re-reads' commands to a batch's encoded writes.
-pub(crate) fn encode(out: &mut BytesMut, rereads: &[Reread]) {
-    for r in rereads {
-        out.extend_from_slice(CACHING_YES);
-        encode::encode_command(out, &[b"GET".as_slice(), &r.key]);
-        encode::encode_command(out, &[b"PTTL".as_slice(), &r.key]);
+    keys.reverse();
+    // One run per slot, in the order each slot first comes.
+    keys.sort_by_key(|r| r.slot.map(Slot::get));
+    let mut groups: Vec<usize> = Vec::new();
+    let mut last = None;
+    for r in &keys {
+        match groups.last_mut() {
+            Some(n) if last == Some(r.slot) => *n += 1,
+            _ => groups.push(1),
+        }
+        last = Some(r.slot);
     }
+    Rereads { keys, groups }
 }
 
-/// What one re-read's replies say: the value (`None`: nil) and its PTTL,
-/// or `None` if any of them is not what a registered read returns (an
-/// error such as `MOVED`, or `CLIENT CACHING` refused).
-pub(crate) fn outcome(replies: &[Bytes]) -> Option<(Option<Bytes>, i64)> {
-    let [caching, get, pttl] = replies else {
+/// The values an `MGET` of `n` keys returned, after its `CLIENT CACHING`
+/// (`frames`: their two replies); `None` if either is not what a
+/// registered read returns (an error such as `MOVED` or `CROSSSLOT`,
+/// `CLIENT CACHING` refused).
+fn values(frames: &[Bytes], n: usize) -> Option<Vec<Option<Option<Bytes>>>> {
+    let [caching, mget] = frames else {
         return None;
     };
     if !caching.starts_with(b"+") {
         return None;
     }
-    let value = match Value::decode(get).ok()? {
-        Value::Bulk(b) => Some(b),
-        Value::Nil => None,
-        _ => return None,
+    let Value::Array(items) = Value::decode(mget).ok()? else {
+        return None;
     };
-    let pttl = Value::decode(pttl).ok()?.as_int()?;
+    if items.len() != n {
+        return None;
+    }
+    Some(
+        items
+            .into_iter()
+            .map(|v| match v {
+                Value::Bulk(b) => Some(Some(b)),
+                Value::Nil => Some(None),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// What one re-read key's replies say: the value (`None`: nil) and PTTL to
+/// cache.
+pub(crate) type Outcome = (Option<Bytes>, i64);
+
+/// One re-read key's value (`None`: not a value; `Some(None)`: nil) and
+/// its `PTTL` reply, as the value and PTTL to cache, if both are what a
+/// registered read returns.
+fn outcome(value: Option<Option<Bytes>>, pttl: Option<&Bytes>) -> Option<Outcome> {
+    let value = value?;
+    let pttl = Value::decode(pttl?).ok()?.as_int()?;
     Some((value, pttl))
 }
 
@@ -174,53 +285,81 @@ mod tests {
     #[test]
     fn only_the_last_write_of_a_read_key_is_reread() {
         let writes = vec![
-            (true, smallvec![b("a")]),
-            (true, smallvec![b("b")]),
-            (false, smallvec![b("a")]),
-            (true, smallvec![b("c"), b("b")]),
-            (false, smallvec![b("d")]),
+            (true, None, smallvec![b("a")]),
+            (true, None, smallvec![b("b")]),
+            (false, None, smallvec![b("a")]),
+            (true, None, smallvec![b("c"), b("b")]),
+            (false, None, smallvec![b("d")]),
         ];
-        let got: Vec<(usize, Bytes)> = plan(writes.into_iter())
-            .into_iter()
-            .map(|r| (r.write, r.key))
-            .collect();
+        let r = plan(writes.into_iter());
+        let got: Vec<(usize, Bytes)> = r.keys.iter().map(|r| (r.write, r.key.clone())).collect();
         // a: its last write is not marked; c and b: the MSET at 3, in its
         // order; d: not marked.
         assert_eq!(got, vec![(3, b("c")), (3, b("b"))]);
-        assert!(plan(vec![(false, smallvec![b("x")])].into_iter()).is_empty());
+        assert_eq!((r.groups.clone(), r.commands()), (vec![2], 4));
+        assert!(plan(vec![(false, None, smallvec![b("x")])].into_iter()).is_empty());
     }
 
     #[test]
-    fn the_triples_and_their_replies() {
+    fn one_mget_per_slot_and_their_replies() {
+        let s = |n: u16| Slot::new(n);
+        let writes = vec![
+            (true, s(7), smallvec![b("x")]),
+            (true, s(3), smallvec![b("y")]),
+            (true, s(7), smallvec![b("z")]),
+        ];
+        let r = plan(writes.into_iter());
         let mut out = BytesMut::new();
-        encode(
-            &mut out,
-            &[Reread {
-                write: 0,
-                key: b("k"),
-            }],
-        );
-        assert_eq!(
-            &out[..],
-            b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n"
-        );
+        r.encode(&mut out);
+        let cmd = |args: &[&str]| {
+            let mut o = BytesMut::new();
+            encode::encode_command(&mut o, args);
+            String::from_utf8_lossy(&o).into_owned()
+        };
+        let want = [
+            cmd(&["CLIENT", "CACHING", "YES"]),
+            cmd(&["MGET", "y"]),
+            cmd(&["PTTL", "y"]),
+            cmd(&["CLIENT", "CACHING", "YES"]),
+            cmd(&["MGET", "x", "z"]),
+            cmd(&["PTTL", "x"]),
+            cmd(&["PTTL", "z"]),
+        ]
+        .concat();
+        assert_eq!(String::from_utf8_lossy(&out), want);
+        assert_eq!(r.commands(), 7);
         let ok = b("+OK\r\n");
+        let replies = vec![
+            ok.clone(),
+            b("*1\r\n$1\r\n1\r\n"),
+            b(":-1\r\n"),
+            ok,
+            b("*2\r\n_\r\n$2\r\nzz\r\n"),
+            b(":-2\r\n"),
+            b("-ERR no\r\n"),
+        ];
+        let got: Vec<(String, Option<Outcome>)> = r
+            .outcomes(&replies)
+            .map(|(r, o)| (String::from_utf8_lossy(&r.key).into_owned(), o))
+            .collect();
         assert_eq!(
-            outcome(&[ok.clone(), b("$1\r\nv\r\n"), b(":-1\r\n")]),
-            Some((Some(b("v")), -1))
+            got,
+            vec![
+                ("y".into(), Some((Some(b("1")), -1))),
+                ("x".into(), Some((None, -2))),
+                ("z".into(), None),
+            ]
         );
-        assert_eq!(
-            outcome(&[ok.clone(), b("_\r\n"), b(":-2\r\n")]),
-            Some((None, -2))
-        );
-        assert_eq!(
-            outcome(&[ok.clone(), b("-MOVED 1 127.0.0.1:1\r\n"), b(":5\r\n")]),
-            None
-        );
-        assert_eq!(
-            outcome(&[b("-ERR no\r\n"), b("$1\r\nv\r\n"), b(":5\r\n")]),
-            None
-        );
-        assert_eq!(outcome(&[ok]), None);
+        // A refused CACHING, a redirected MGET, a short reply: nothing.
+        let mut moved = replies.clone();
+        moved[4] = b("-MOVED 1 127.0.0.1:1\r\n");
+        assert!(r.outcomes(&moved).skip(1).all(|(_, o)| o.is_none()));
+        let mut refused = replies.clone();
+        refused[0] = b("-ERR no\r\n");
+        assert!(r
+            .outcomes(&refused)
+            .next()
+            .is_some_and(|(_, o)| o.is_none()));
+        assert!(r.outcomes(&replies[..6]).all(|(_, o)| o.is_none()));
     }
 }

@@ -17,7 +17,7 @@ use tracing::error;
 
 use super::{Queued, Write, WriteQueue};
 use crate::cluster::redirect::{self, Action};
-use crate::coherence::refill::{self, Reread};
+use crate::coherence::refill::{self, Rereads};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::dispatch::{Dispatch, Target};
@@ -107,7 +107,7 @@ struct Sent {
     /// Commands in `payload`: the writes, then the re-reads' triples.
     count: usize,
     /// The keys re-read after the writes, and when the batch was sent.
-    rereads: Vec<Reread>,
+    rereads: Rereads,
     sent: Instant,
     /// `None`: the connection task was gone.
     replies: Option<oneshot::Receiver<Result<Replies>>>,
@@ -261,9 +261,13 @@ impl<U: Dispatch> Batcher<U> {
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
         let serves = self.up.serves(&self.addr);
         let rereads = if self.reread {
-            refill::plan(batch.iter().map(|q| (q.write.refill, q.write.keys())))
+            refill::plan(
+                batch
+                    .iter()
+                    .map(|q| (q.write.refill, q.write.slot, q.write.keys())),
+            )
         } else {
-            Vec::new()
+            Rereads::default()
         };
         let payload = if n == 1 && rereads.is_empty() {
             batch[0].write.cmd.clone()
@@ -273,10 +277,10 @@ impl<U: Dispatch> Batcher<U> {
             for q in &batch {
                 payload.extend_from_slice(&q.write.cmd);
             }
-            refill::encode(&mut payload, &rereads);
+            rereads.encode(&mut payload);
             payload.freeze()
         };
-        let count = n + refill::COMMANDS * rereads.len();
+        let count = n + rereads.commands();
         if !rereads.is_empty() {
             if let Some(st) = self.up.coherence_stats() {
                 st.registered_reads
@@ -402,13 +406,13 @@ impl<U: Dispatch> Batcher<U> {
         &mut self,
         batch: &mut Vec<Queued>,
         mut replies: Replies,
-        rereads: &[Reread],
+        rereads: &Rereads,
         sent: Instant,
     ) {
         let up = self.up.clone();
         let wb = up.write_behind();
         let n = batch.len();
-        let reread_replies = if replies.len() == n + refill::COMMANDS * rereads.len() {
+        let reread_replies = if !rereads.is_empty() && replies.len() == n + rereads.commands() {
             replies.split_off(n)
         } else {
             Vec::new()
@@ -419,7 +423,7 @@ impl<U: Dispatch> Batcher<U> {
             smallvec::SmallVec::new()
         } else {
             rereads
-                .iter()
+                .keys()
                 .map(|r| {
                     replies
                         .get(r.write)
@@ -452,15 +456,11 @@ impl<U: Dispatch> Batcher<U> {
         // write or a re-read replaced them. Before `flushed` moves, so a
         // read that waited for these writes finds them so.
         if let (false, Some(l)) = (reread_replies.is_empty(), wb.listener()) {
-            for ((r, replies), landed) in rereads
-                .iter()
-                .zip(reread_replies.chunks(refill::COMMANDS))
-                .zip(landed)
-            {
+            for ((r, outcome), landed) in rereads.outcomes(&reread_replies).zip(landed) {
                 let Some(q) = batch.get(r.write) else {
                     continue;
                 };
-                if let (true, Some((value, pttl))) = (landed, refill::outcome(replies)) {
+                if let (true, Some((value, pttl))) = (landed, outcome) {
                     l.refilled(self.db, &r.key, q.at, value.as_ref(), pttl, sent);
                 }
             }
