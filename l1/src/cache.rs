@@ -531,10 +531,6 @@ impl L1 {
         let (Some(v), deadline) = (value, sent + ttl) else {
             return false;
         };
-        // The read-locked probe first: a key gone since pays no placeholder.
-        if !cache.contains_key(&KeyRef { db, key }) {
-            return false;
-        }
         // Checked and changed under the shard's lock. Only a value of the
         // written one's length (the usual case: the read returned what was
         // written), which keeps the entry's buffer and weight; another one
@@ -553,8 +549,9 @@ impl L1 {
         };
         let kept = match cache.entry(&CacheKey::new(db, key), Some(Duration::ZERO), refill) {
             EntryResult::Retained(kept) => kept,
-            // Evicted or removed since the probe: the placeholder goes
-            // with the guard.
+            // Evicted or removed since the write (rare: no probe first,
+            // which measured dearer than the placeholder): the placeholder
+            // goes with the guard.
             EntryResult::Vacant(guard) | EntryResult::Replaced(guard, _) => {
                 drop(guard);
                 false
