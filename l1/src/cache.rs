@@ -22,7 +22,7 @@
 //! stale one.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,12 +35,6 @@ use crate::stats::{Stats, StatsSnapshot};
 
 /// Epoch buckets (a power of two).
 const BUCKETS: usize = 4096;
-/// Marks wrap after this many seconds (18 hours): a key last read a
-/// multiple of that ago may look read lately, one re-read too many.
-const MARK_WRAP: u16 = u16::MAX;
-/// Read marks (a power of two): 2^19 of 2 bytes, 1 MiB. Keys sharing a
-/// mark only cost a re-read too many.
-const MARKS: usize = 1 << 19;
 /// Estimated bytes an entry costs beyond its key and value (key struct,
 /// deadline, table slot, queue links, allocation headers).
 pub const ENTRY_OVERHEAD: u64 = 128;
@@ -247,14 +241,10 @@ pub struct L1 {
     cfg: L1Config,
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
-    /// Per key hash, the second (since `born`, plus one; 0: never) it was
-    /// last read (see [`Written::read`]). Set by fills and by hits on
-    /// entries whose [`Origin::notes_reads`]; read by
-    /// [`L1::insert_written`]. Empty without `read_marks`.
-    marks: Box<[AtomicU16]>,
-    /// How recent a read makes a write re-read its key: the TTL cap in
-    /// seconds (a fill's entry lives no longer), at most half a wrap.
-    read_window: u16,
+    /// Whether each key was read lately (see [`Written::read`]): set by
+    /// fills and by hits on entries whose [`Origin::notes_reads`], read by
+    /// [`L1::insert_written`].
+    marks: marks::Marks,
     /// Spreads keys over the epoch buckets.
     spread: foldhash::fast::RandomState,
     stats: Arc<Stats>,
@@ -293,25 +283,18 @@ impl L1 {
             )
         });
         let epochs = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();
-        let marks = (0..if cache.is_some() && cfg.read_marks {
-            MARKS
-        } else {
-            0
-        })
-            .map(|_| AtomicU16::new(0))
-            .collect();
-        let read_window = cfg.ttl_cap.as_secs().clamp(1, u64::from(MARK_WRAP / 2)) as u16;
+        let born = Instant::now();
+        let marks = marks::Marks::new(cache.is_some() && cfg.read_marks, cfg.ttl_cap, born);
         L1 {
             cfg,
             cache,
             epochs,
             marks,
-            read_window,
             spread: foldhash::fast::RandomState::default(),
             stats,
             used_dbs: AtomicU64::new(0),
             max_db: AtomicU32::new(0),
-            born: Instant::now(),
+            born,
         }
     }
 
@@ -337,42 +320,6 @@ impl L1 {
         self.spread.hash_one(KeyRef { db, key })
     }
 
-    /// A hash's read mark (bits above the bucket's).
-    fn mark(&self, hash: u64) -> Option<&AtomicU16> {
-        self.marks.get((hash >> 12) as usize & (MARKS - 1))
-    }
-
-    /// `now` as a mark: seconds since `born`, wrapped, never 0.
-    fn second(&self, now: Instant) -> u16 {
-        (now.saturating_duration_since(self.born).as_secs() % u64::from(MARK_WRAP)) as u16 + 1
-    }
-
-    /// Notes that the key was read at `now` (a load, and a store at most
-    /// once a second: readers of a hot key share no written cache line).
-    fn note_read(&self, hash: u64, now: Instant) {
-        if let Some(m) = self.mark(hash) {
-            let s = self.second(now);
-            if m.load(Ordering::Relaxed) != s {
-                m.store(s, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Whether the key was read within the read window before `now`.
-    fn read_lately(&self, hash: u64, now: Instant) -> bool {
-        let Some(m) = self.mark(hash) else {
-            return false;
-        };
-        match m.load(Ordering::Relaxed) {
-            0 => false,
-            last => {
-                let wrap = u32::from(MARK_WRAP);
-                let age = (u32::from(self.second(now)) + wrap - u32::from(last)) % wrap;
-                age <= u32::from(self.read_window)
-            }
-        }
-    }
-
     /// Looks a key up. Counts a hit or a miss.
     pub fn get(&self, db: u16, key: &Bytes) -> Lookup {
         self.get_at(db, key, Instant::now())
@@ -391,8 +338,8 @@ impl L1 {
         match cache.get(&k) {
             Some(e) if e.deadline > now => {
                 Stats::add(&self.stats.hits, 1);
-                if e.origin.notes_reads() && !self.marks.is_empty() {
-                    self.note_read(self.hash(db, key), now);
+                if e.origin.notes_reads() && self.marks.on() {
+                    self.marks.note(self.hash(db, key), now);
                 }
                 Lookup::Hit(e.value)
             }
@@ -476,7 +423,7 @@ impl L1 {
             return false;
         }
         // The fill was a read: the key's next write registers it again.
-        self.note_read(self.hash(db, &key), t.started);
+        self.marks.note(self.hash(db, &key), t.started);
         Stats::add(&self.stats.fills, 1);
         true
     }
@@ -587,7 +534,7 @@ impl L1 {
         self.mark_used(db);
         let hash = self.hash(db, key);
         self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
-        let read = self.read_lately(hash, now);
+        let read = self.marks.read_lately(hash, now);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
@@ -761,6 +708,7 @@ impl L1 {
     }
 }
 
+mod marks;
 mod reads;
 pub use reads::ReadLookup;
 
