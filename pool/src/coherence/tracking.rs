@@ -53,7 +53,7 @@
 //! the write's reply is read:
 //! - a key read lately (within the TTL cap: the L1's read marks) was registered
 //!   again and read back in the write's own pipeline, after the write
-//!   (`CLIENT CACHING YES; GET k; PTTL k`), and the written entry becomes
+//!   (`CLIENT CACHING YES; MGET k …; PTTL k`), and the written entry becomes
 //!   that read's fill: the key stays cached and followed. Design, cost and
 //!   race argument: [`crate::coherence::refill`];
 //! - any other key is handed with its write's stamp (the instant it was
