@@ -202,6 +202,10 @@ pub fn caching(args: &[Bytes], t: &mut Tracking, r: &mut Reply<'_>) {
     if args.len() != 3 {
         return r.error("ERR wrong number of arguments for 'client|caching' command");
     }
+    // As Redis and Valkey: the tracking state first, then the argument.
+    if !t.on {
+        return r.error("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled");
+    }
     let yes = if args[2].eq_ignore_ascii_case(b"yes") {
         true
     } else if args[2].eq_ignore_ascii_case(b"no") {
@@ -209,9 +213,6 @@ pub fn caching(args: &[Bytes], t: &mut Tracking, r: &mut Reply<'_>) {
     } else {
         return r.error("ERR syntax error");
     };
-    if !t.on || !(t.optin || t.optout) {
-        return r.error("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled");
-    }
     if yes && !t.optin {
         return r
             .error("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.");
@@ -345,6 +346,38 @@ mod tests {
             assert_eq!(run(&mut t, line), want, "{line}");
         }
         assert!(t.on && t.noloop && t.redirect == 7);
+    }
+
+    #[test]
+    fn client_caching_checks_tracking_then_its_argument_as_redis() {
+        // Replies read from Redis 7.0.15 and Valkey 9.1.2.
+        let off = "-ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled\r\n";
+        let mut t = Tracking::default();
+        for line in [
+            "CLIENT CACHING yes",
+            "CLIENT CACHING no",
+            "CLIENT CACHING maybe",
+        ] {
+            assert_eq!(run(&mut t, line), off, "{line}");
+        }
+        run(&mut t, "CLIENT TRACKING ON");
+        let cases = [
+            (
+                "CLIENT CACHING yes",
+                "-ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.\r\n",
+            ),
+            (
+                "CLIENT CACHING no",
+                "-ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.\r\n",
+            ),
+            ("CLIENT CACHING maybe", "-ERR syntax error\r\n"),
+        ];
+        for (line, want) in cases {
+            assert_eq!(run(&mut t, line), want, "{line}");
+        }
+        run(&mut t, "CLIENT TRACKING OFF");
+        run(&mut t, "CLIENT TRACKING ON OPTIN");
+        assert_eq!(run(&mut t, "CLIENT CACHING yes"), "+OK\r\n");
     }
 
     #[test]
