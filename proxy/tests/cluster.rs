@@ -39,6 +39,14 @@ async fn routing_split_and_fan_out() {
     let owners: HashSet<usize> = keys.iter().map(|k| cluster.node_for(k)).collect();
     assert_eq!(owners.len(), 3);
 
+    // One standalone server to its clients, as HELLO says: INFO does not
+    // make tools take it for a cluster node.
+    let info: String = redis::cmd("INFO").query_async(&mut c).await.unwrap();
+    assert!(info.contains("redis_mode:standalone\r\n"), "{info}");
+    assert!(info.contains("cluster_enabled:0\r\n"), "{info}");
+    assert!(!info.contains("redis_mode:cluster"), "{info}");
+    assert!(info.contains("upstream_mode:cluster\r\n"), "{info}");
+
     // MSET across slots, then each key is on its own master.
     let pairs: Vec<(String, String)> = keys.iter().map(|k| (k.clone(), format!("v-{k}"))).collect();
     let _: () = c.mset(&pairs).await.unwrap();

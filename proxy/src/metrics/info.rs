@@ -120,6 +120,35 @@ fn coherence(s: &Shared) -> String {
     out
 }
 
+/// Appends the upstream's INFO text as a client of sidecache should see
+/// it: one standalone server (what HELLO says too), whatever is behind. A
+/// cluster's `redis_mode:cluster` / `server_mode:cluster` (Valkey) become
+/// `standalone` and `cluster_enabled:1` becomes `0`, so clients and tools
+/// that pick their cluster mode from INFO do not take sidecache for a
+/// cluster node (its `CLUSTER` commands are not served). The proxy's own
+/// `upstream_mode` says what is behind it.
+pub fn append_as_standalone(upstream: &[u8], out: &mut Vec<u8>) {
+    let mut rest = upstream;
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        let (line, tail) = rest.split_at(end);
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        let body = body.strip_suffix(b"\r").unwrap_or(body);
+        let ending = &line[body.len()..];
+        match body {
+            b"redis_mode:cluster" => out.extend_from_slice(b"redis_mode:standalone"),
+            b"server_mode:cluster" => out.extend_from_slice(b"server_mode:standalone"),
+            b"cluster_enabled:1" => out.extend_from_slice(b"cluster_enabled:0"),
+            _ => out.extend_from_slice(body),
+        }
+        out.extend_from_slice(ending);
+        rest = tail;
+    }
+}
+
 fn load_n(a: &std::sync::atomic::AtomicUsize) -> usize {
     a.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -331,6 +360,22 @@ mod tests {
             .map(|a| Bytes::copy_from_slice(a.as_bytes()))
             .collect();
         Sections::select(&args)
+    }
+
+    #[test]
+    fn a_cluster_upstream_reads_as_one_standalone_server() {
+        let up = b"# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\nserver_mode:cluster\r\n\r\n# Cluster\r\ncluster_enabled:1\r\ncluster_enabled:10\r\n";
+        let mut out = Vec::new();
+        append_as_standalone(up, &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nserver_mode:standalone\r\n\r\n# Cluster\r\ncluster_enabled:0\r\ncluster_enabled:10\r\n"
+        );
+        // A standalone upstream's text is kept byte for byte.
+        let plain = b"# Server\r\nredis_mode:standalone\r\n# Cluster\r\ncluster_enabled:0";
+        let mut out = Vec::new();
+        append_as_standalone(plain, &mut out);
+        assert_eq!(&out[..], &plain[..]);
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Client {
                     if !proxy.is_empty() && !b.is_empty() {
                         text.extend_from_slice(b"\r\n");
                     }
-                    text.extend_from_slice(&b);
+                    crate::metrics::info::append_as_standalone(&b, &mut text);
                 }
                 Reply {
                     out: &mut self.wbuf,
