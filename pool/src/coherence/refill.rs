@@ -135,11 +135,6 @@ impl Rereads {
         self.keys.len()
     }
 
-    /// The keys, in the order of [`Rereads::outcomes`].
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &Reread> {
-        self.keys.iter()
-    }
-
     /// The commands they add to the batch.
     pub(crate) fn commands(&self) -> usize {
         2 * self.groups.len() + self.keys.len()
@@ -196,18 +191,17 @@ impl Rereads {
 /// The keys a batch re-reads: each key of a write marked `refill`, unless
 /// a later write of the batch writes it too (only the last write of a key
 /// can stay cached). `writes` yields each write's `refill` flag, slot and
-/// keys, in batch order.
-pub(crate) fn plan(
-    writes: impl Iterator<Item = (bool, Option<Slot>, smallvec::SmallVec<[Bytes; 1]>)>,
-) -> Rereads {
-    let writes: Vec<_> = writes.collect();
-    if !writes.iter().any(|(refill, _, _)| *refill) {
-        return Rereads::default();
-    }
+/// keys, in batch order; the caller calls it only for a batch with some
+/// `refill` (it reads every write's keys).
+pub(crate) fn plan<W>(writes: W) -> Rereads
+where
+    W: DoubleEndedIterator<Item = (bool, Option<Slot>, smallvec::SmallVec<[Bytes; 1]>)>
+        + ExactSizeIterator,
+{
     let mut seen: std::collections::HashSet<Bytes, foldhash::fast::RandomState> =
         std::collections::HashSet::with_capacity_and_hasher(writes.len(), Default::default());
     let mut keys = Vec::new();
-    for (i, (refill, slot, ks)) in writes.into_iter().enumerate().rev() {
+    for (i, (refill, slot, ks)) in writes.enumerate().rev() {
         for k in ks.into_iter().rev() {
             if seen.insert(k.clone()) && refill {
                 keys.push(Reread {
@@ -219,7 +213,8 @@ pub(crate) fn plan(
         }
     }
     keys.reverse();
-    // One run per slot, in the order each slot first comes.
+    // One run per slot (sorted by slot, stable: a slot's keys keep their
+    // order).
     keys.sort_by_key(|r| r.slot.map(Slot::get));
     let mut groups: Vec<usize> = Vec::new();
     let mut last = None;
@@ -300,6 +295,7 @@ mod tests {
         assert_eq!(got, vec![(3, b("c")), (3, b("b"))]);
         assert_eq!((r.groups.clone(), r.commands()), (vec![2], 4));
         assert!(plan(vec![(false, None, smallvec![b("x")])].into_iter()).is_empty());
+        assert!(plan(Vec::new().into_iter()).is_empty());
     }
 
     #[test]

@@ -440,7 +440,7 @@ impl Channel {
     /// Whether this connection's write-behind echoes are to be told apart
     /// (optin, and a client of the proxy tracks keys).
     pub(crate) fn wants_echoes(&self) -> bool {
-        self.hub.mode == TrackingMode::Optin && self.hub.echo_wanted.load(Ordering::Relaxed)
+        self.is_optin() && self.hub.echo_wanted.load(Ordering::Relaxed)
     }
 
     /// A channel connection answered a command other than a write-behind

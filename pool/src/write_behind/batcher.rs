@@ -260,7 +260,8 @@ impl<U: Dispatch> Batcher<U> {
         let bucket = wb.config().batch_size_bucket(n);
         wb.stats.batch_sizes[bucket].fetch_add(1, Ordering::Relaxed);
         let serves = self.up.serves(&self.addr);
-        let rereads = if self.reread {
+        // The keys of every write are read only for a batch with a re-read.
+        let rereads = if self.reread && batch.iter().any(|q| q.write.refill) {
             refill::plan(
                 batch
                     .iter()
@@ -417,20 +418,22 @@ impl<U: Dispatch> Batcher<U> {
         } else {
             Vec::new()
         };
-        // Which re-read writes landed as written (`+OK`), before the
-        // replies go to `settle`.
-        let landed: smallvec::SmallVec<[bool; 8]> = if reread_replies.is_empty() {
-            smallvec::SmallVec::new()
-        } else {
-            rereads
-                .keys()
-                .map(|r| {
-                    replies
-                        .get(r.write)
-                        .is_some_and(|f| f.first() == Some(&b'+'))
-                })
-                .collect()
-        };
+        // Optin: the keys re-read after their writes (each written `+OK`)
+        // become fills of what the re-read returned
+        // (`crate::coherence::refill`), before the writes' values are
+        // released below and before `flushed` moves, so a read that waited
+        // for these writes finds them cached.
+        if let (false, Some(l)) = (reread_replies.is_empty(), wb.listener()) {
+            for (r, outcome) in rereads.outcomes(&reread_replies) {
+                let landed = replies
+                    .get(r.write)
+                    .is_some_and(|f| f.first() == Some(&b'+'));
+                if let (true, Some((value, pttl)), Some(q)) = (landed, outcome, batch.get(r.write))
+                {
+                    l.refilled(self.db, &r.key, q.at, value.as_ref(), pttl, sent);
+                }
+            }
+        }
         let mut ok = 0u64;
         for (q, reply) in batch.iter().zip(replies) {
             // The common answer, `+OK`, needs no redirect or error check.
@@ -449,22 +452,10 @@ impl<U: Dispatch> Batcher<U> {
                 st.landed(q.write.slot, q.stamp, now);
             }
         }
-        // Optin: the keys re-read after their writes become fills of what
-        // the re-read returned (`crate::coherence::refill`); then every
-        // write of the batch has landed (or failed for good, which already
-        // dropped its keys) and their values leave the L1 unless a later
-        // write or a re-read replaced them. Before `flushed` moves, so a
-        // read that waited for these writes finds them so.
-        if let (false, Some(l)) = (reread_replies.is_empty(), wb.listener()) {
-            for ((r, outcome), landed) in rereads.outcomes(&reread_replies).zip(landed) {
-                let Some(q) = batch.get(r.write) else {
-                    continue;
-                };
-                if let (true, Some((value, pttl))) = (landed, outcome) {
-                    l.refilled(self.db, &r.key, q.at, value.as_ref(), pttl, sent);
-                }
-            }
-        }
+        // Optin: every write of the batch has landed (or failed for good,
+        // which already dropped its keys); their values leave the L1 unless
+        // a later write or a re-read replaced them. Before `flushed` moves,
+        // so a read that waited for these writes finds them released.
         if let (true, Some(l)) = (self.release, wb.listener()) {
             let mut written = batch
                 .iter()
