@@ -362,3 +362,54 @@ async fn standalone_replicas_are_found_and_read() {
     }
     drop(proxy);
 }
+
+/// Replica reads from the first request: the replicas are probed before
+/// sidecache takes clients, so the first misses after it is ready go to
+/// the replica (it took 2–4 s before: every miss meanwhile went to the
+/// master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_reads_start_at_once() {
+    const N: usize = 600;
+    let master = support::RedisServer::start(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port.to_string();
+    let replica = support::RedisServer::start(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cli(replica.port, &["info", "replication"]).contains("master_link_status:up") {
+        assert!(Instant::now() < deadline, "replica never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut direct = master
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut p = redis::pipe();
+    for i in 0..N {
+        p.set(format!("a:{i}"), format!("v{i}")).ignore();
+    }
+    let () = p.query_async(&mut direct).await.unwrap();
+    while cli(replica.port, &["dbsize"]) != N.to_string() {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never applied the writes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for p in [master.port, replica.port] {
+        assert_eq!(cli(p, &["config", "resetstat"]), "OK");
+    }
+    let proxy = Proxy::start(&master.url(), &["--read-from", "replica"]).await;
+    let mut c = proxy.conn().await;
+    for i in 0..N {
+        let v: Option<String> = c.get(format!("a:{i}")).await.unwrap();
+        assert_eq!(v.as_deref(), Some(format!("v{i}").as_str()));
+    }
+    let on = |p: u16| command_calls(&cli(p, &["info", "commandstats"]), "get");
+    let (r, m) = (on(replica.port), on(master.port));
+    assert_eq!(
+        (r, m),
+        (N as u64, 0),
+        "the first {N} misses: replica {r}, master {m}"
+    );
+    drop(proxy);
+}

@@ -111,14 +111,64 @@ impl Upstream {
     }
 }
 
+/// Probe rounds before sidecache reports ready, at most.
+const FIRST_ROUNDS: usize = 5;
+
+/// What the probes keep between rounds: per master, its recent offsets.
+type Histories = HashMap<NodeAddr, History>;
+
+/// The first probes, before sidecache reports ready (`/readyz`, the first
+/// client accepted), so reads use replicas from the start: rounds until
+/// every replica is healthy and caught up with an offset the master
+/// reported (on a standalone upstream the first round finds them in the
+/// master's `INFO replication`), at most [`FIRST_ROUNDS`] and `limit` in
+/// all. Logs which replicas are usable. Returns what the monitor goes on
+/// with.
+pub(super) async fn first_probes(
+    up: &Upstream,
+    rr: &Arc<ReplicaReads>,
+    limit: Duration,
+) -> Histories {
+    let mut history = Histories::new();
+    let ready = |up: &Upstream| {
+        let topo = up.topology();
+        !topo.replicas().is_empty()
+            && topo
+                .replicas()
+                .iter()
+                .all(|r| r.replica_state().healthy() && r.replica_state().caught_up() > 0)
+    };
+    let _ = tokio::time::timeout(limit, async {
+        // A replica still behind the master's offset, or (standalone) one
+        // found by this round, is probed again; a few rounds at most.
+        for _ in 0..FIRST_ROUNDS {
+            round(up, rr, &mut history).await;
+            if ready(up) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let topo = up.topology();
+    let usable: Vec<String> = topo
+        .replicas()
+        .iter()
+        .filter(|r| r.replica_state().healthy() && r.replica_state().caught_up() > 0)
+        .map(|r| r.addr().to_string())
+        .collect();
+    info!(
+        usable = ?usable,
+        replicas = topo.replicas().len(),
+        "replica reads: replicas probed before accepting clients"
+    );
+    history
+}
+
 /// Probes every replica every `--replica-check-interval` until the
-/// upstream closes (see [`crate::replica`]); on a standalone upstream
-/// also finds the master's replicas in its `INFO replication`.
-pub(super) async fn monitor(inner: Arc<Inner>, rr: Arc<ReplicaReads>) {
-    let mut history: HashMap<NodeAddr, History> = HashMap::new();
+/// upstream closes (see [`crate::replica`]), going on from `history`.
+pub(super) async fn monitor(inner: Arc<Inner>, rr: Arc<ReplicaReads>, mut history: Histories) {
     let every = rr.cfg.check_interval;
-    // A probe slower than this marks its node unusable for the round.
-    let limit = rr.cfg.max_lag.max(Duration::from_millis(100));
     let mut last_refresh = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -138,23 +188,32 @@ pub(super) async fn monitor(inner: Arc<Inner>, rr: Arc<ReplicaReads>) {
             last_refresh = tokio::time::Instant::now();
             up.request_refresh();
         }
-        let mut shards = JoinSet::new();
-        for (i, master) in topo.nodes().iter().enumerate() {
-            let (replicas, _) = topo.replicas_of(i);
-            let hist = history.remove(master.addr()).unwrap_or_default();
-            shards.spawn(probe_shard(
-                up.clone(),
-                Arc::clone(master),
-                replicas.to_vec(),
-                Arc::clone(&rr),
-                hist,
-                limit,
-            ));
-        }
-        while let Some(r) = shards.join_next().await {
-            if let Ok((addr, hist)) = r {
-                history.insert(addr, hist);
-            }
+        round(&up, &rr, &mut history).await;
+    }
+}
+
+/// One probe of every master and its replicas (on a standalone upstream
+/// the master's `INFO replication` also finds its replicas).
+async fn round(up: &Upstream, rr: &Arc<ReplicaReads>, history: &mut Histories) {
+    // A probe slower than this marks its node unusable for the round.
+    let limit = rr.cfg.max_lag.max(Duration::from_millis(100));
+    let topo = up.topology();
+    let mut shards = JoinSet::new();
+    for (i, master) in topo.nodes().iter().enumerate() {
+        let (replicas, _) = topo.replicas_of(i);
+        let hist = history.remove(master.addr()).unwrap_or_default();
+        shards.spawn(probe_shard(
+            up.clone(),
+            Arc::clone(master),
+            replicas.to_vec(),
+            Arc::clone(rr),
+            hist,
+            limit,
+        ));
+    }
+    while let Some(r) = shards.join_next().await {
+        if let Ok((addr, hist)) = r {
+            history.insert(addr, hist);
         }
     }
 }

@@ -200,7 +200,12 @@ impl Upstream {
             self.inner.topo.store(Arc::new(Topology::standalone(node)));
         }
         if let Some(rr) = &self.inner.reads {
-            tokio::spawn(replicas::monitor(Arc::clone(&self.inner), Arc::clone(rr)));
+            let history = replicas::first_probes(self, rr, self.inner.cfg.connect_timeout).await;
+            tokio::spawn(replicas::monitor(
+                Arc::clone(&self.inner),
+                Arc::clone(rr),
+                history,
+            ));
         }
         if let Some(p) = &self.inner.peer {
             tokio::spawn(crate::coherence::peer::subscribe(
