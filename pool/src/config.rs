@@ -246,9 +246,10 @@ pub const DEFAULT_PEER_CHANNEL: &str = "__sidecache__:invalidate";
 /// Which kind of Redis client tracking follows other writers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TrackingMode {
-    /// Default-mode tracking, `OPTIN` (`--tracking optin`, the default):
-    /// Redis remembers the keys this sidecache read with `CLIENT CACHING
-    /// YES` on its channel connection and tells it only about those.
+    /// Default-mode tracking (`--tracking optin`, the default): Redis
+    /// remembers the keys this sidecache reads to cache, on its channel
+    /// connections, and tells it only about those (`CLIENT TRACKING ON
+    /// OPTOUT` on connections that carry no other reads).
     #[default]
     Optin,
     /// `BCAST NOLOOP` (`--tracking bcast`): Redis tells every channel about
@@ -271,7 +272,7 @@ impl TrackingMode {
 pub enum Coherence {
     /// Redis client tracking on every master (`--tracking optin|bcast`).
     Tracking {
-        /// Default-mode (`OPTIN`) or broadcast tracking.
+        /// Default-mode (optin) or broadcast tracking.
         mode: TrackingMode,
         /// Only keys with these prefixes are tracked (empty: all keys).
         prefixes: Vec<Vec<u8>>,

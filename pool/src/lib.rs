@@ -78,5 +78,5 @@ pub use conn::node::Node;
 pub use conn::session::{SessionConn, SessionPool, SessionStats, Spliced};
 pub use dispatch::Target;
 pub use error::{Error, Result};
-pub use upstream::{Lane, Pending, ReplayReport, ServerInfo, Submitted, Upstream};
+pub use upstream::{Absorbed, Hold, Lane, Pending, ReplayReport, ServerInfo, Submitted, Upstream};
 pub use write_behind::{DrainReport, Keys, Reservation, Write, WriteListener};

@@ -54,7 +54,7 @@
 //!
 //! **The shared L1.** A value read from a replica and cached would be
 //! served to every client. The fill is made as on a master: on the
-//! replica's own tracking connection after `CLIENT CACHING YES` (Redis
+//! replica's own tracking connection, which registers it (Redis
 //! and Valkey replicas send invalidations for keys the replication
 //! stream changes), with the same epoch guard and the replica's channel
 //! as the gate (`Node::coherent`), so no value is kept past a

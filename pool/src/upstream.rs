@@ -70,7 +70,10 @@ impl ServerInfo {
 }
 
 pub use crate::dispatch::Target;
+pub(crate) use absorb::answers_any_error;
+pub use absorb::{Absorbed, FailoverStats, Hold, HOLD_BUCKETS_MS};
 
+mod absorb;
 mod dispatch;
 mod health;
 mod replay;
@@ -122,17 +125,6 @@ struct Inner {
     sessions: Arc<crate::conn::session::SessionPool>,
     /// Replica reads (`None` with `--read-from primary`).
     reads: Option<Arc<crate::replica::ReplicaReads>>,
-}
-
-/// What following the cluster through failovers took.
-#[derive(Debug, Default)]
-pub struct FailoverStats {
-    /// Slot-map refreshes done (periodic, or asked for after a redirect or
-    /// a failure).
-    pub refreshes: std::sync::atomic::AtomicU64,
-    /// Refreshes after which a master that had left the map was replaced:
-    /// failovers (or reshardings) followed.
-    pub masters_replaced: std::sync::atomic::AtomicU64,
 }
 
 /// Handle to the upstream; cheap to clone.
@@ -527,8 +519,8 @@ impl Upstream {
         self.follow(session, hint, slot, &cmd, reply).await
     }
 
-    /// Given the first reply to `cmd`, follows MOVED/ASK/TRYAGAIN until a
-    /// final reply.
+    /// Given the first reply to `cmd`, follows MOVED/ASK and waits out
+    /// CLUSTERDOWN/TRYAGAIN/LOADING until a final reply.
     ///
     /// # Errors
     /// Connection errors on the redirected node.
@@ -545,7 +537,11 @@ impl Upstream {
     }
 
     /// [`Upstream::follow`] on the connections `via` names (an ACL user's
-    /// own, for its clients).
+    /// own, for its clients). A passing error (`CLUSTERDOWN`, `TRYAGAIN`,
+    /// `LOADING`; standalone: `LOADING`) is waited out and the command sent
+    /// again to its slot's node, as a cluster client does, for at most
+    /// `--upstream-timeout` ([`Upstream::hold`]); never a script's or
+    /// function's, whose error may be its own and whose writes may have run.
     ///
     /// # Errors
     /// Connection errors on the redirected node; a full user pool.
@@ -557,22 +553,18 @@ impl Upstream {
         cmd: &Bytes,
         mut reply: Bytes,
     ) -> Result<Bytes> {
-        if !self.inner.info.cluster {
-            return Ok(reply);
-        }
+        let cluster = self.inner.info.cluster;
         let mut attempt = 0;
+        let mut hold = absorb::Hold::default();
         loop {
-            match redirect::decide(&reply, attempt) {
-                Action::Done | Action::GiveUp => {
-                    self.note_reply(&reply);
-                    return Ok(reply);
-                }
-                Action::Moved { slot, addr } => {
+            let action = redirect::decide(&reply, attempt);
+            match action {
+                Action::Moved { slot, addr } if cluster => {
                     self.note_moved(slot, &addr);
                     let node = self.node(&addr);
                     reply = first(self.call_via(via, &node, session, cmd.clone(), 1).await?)?;
                 }
-                Action::Ask { addr } => {
+                Action::Ask { addr } if cluster => {
                     let node = self.node(&addr);
                     let mut p = BytesMut::with_capacity(cmd.len() + 20);
                     encode::encode_command(&mut p, &[b"ASKING"]);
@@ -582,15 +574,34 @@ impl Upstream {
                         .pop()
                         .ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
                 }
-                Action::TryAgain => {
-                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt + 1))).await;
+                Action::Retry(kind)
+                    if (cluster || kind == redirect::Transient::Loading)
+                        && !absorb::answers_any_error(sidecache_resp::request::command_name(
+                            cmd, 0,
+                        )) =>
+                {
+                    if !self.hold(&mut hold, kind.into(), None).await {
+                        self.held(hold);
+                        return Ok(reply);
+                    }
                     let topo = self.topology();
                     let idx = match slot {
-                        Some(s) => topo.node_index(s)?,
-                        None => 0,
+                        Some(s) if cluster => topo.node_index(s)?,
+                        _ => 0,
                     };
                     let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
-                    reply = first(self.call_via(via, node, session, cmd.clone(), 1).await?)?;
+                    match self.call_via(via, node, session, cmd.clone(), 1).await {
+                        Ok(r) => reply = first(r)?,
+                        // Not sent: the node is still out of reach.
+                        Err(Error::Connect { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
+                _ => {
+                    self.held(hold);
+                    self.note_reply(&reply);
+                    return Ok(reply);
                 }
             }
             attempt += 1;

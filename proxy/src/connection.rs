@@ -104,8 +104,8 @@ struct Receivers {
     adjust: subscribed::Adjust,
 }
 
-/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`;
-/// on the fill connection, after `CLIENT CACHING YES` at `idx`).
+/// A GET miss being fetched (GET and PTTL pipelined at `idx`, `idx + 1`,
+/// on the client's connection or the fill connection).
 struct Fetch {
     /// Its builder: the node's, or (`fill`) its fill lane's.
     node: u32,

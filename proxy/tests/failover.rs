@@ -238,3 +238,182 @@ async fn sigterm_after_failover_drains_and_exits_0() {
     let acked = acked.lock().unwrap().clone();
     assert_all_landed(&cluster, Some(master), &acked).await;
 }
+
+/// Reads through sidecache, from one standalone client, while something
+/// fails: counts of reads answered, of errors, and of wrong values.
+#[derive(Default)]
+struct ReadLoad {
+    reads: u64,
+    errors: Vec<String>,
+    wrong: Vec<String>,
+}
+
+/// `readers` tasks reading `keys` keys (`r{i}` holding `v{i}`) through
+/// `addr` until `stop`: GET (cached), and every fifth an uncached read
+/// (EXISTS) and a multi-key one (MGET).
+fn start_readers(
+    addr: &str,
+    keys: usize,
+    readers: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<ReadLoad>> {
+    (0..readers)
+        .map(|r| {
+            let addr = addr.to_owned();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+                let mut c = client.get_multiplexed_async_connection().await.unwrap();
+                let mut load = ReadLoad::default();
+                let mut i = r * 37;
+                while !stop.load(Ordering::Relaxed) {
+                    i = (i + 1) % keys;
+                    let (k, v) = (format!("r{i}"), format!("v{i}"));
+                    let got: redis::RedisResult<Option<String>> = if i % 5 == 0 {
+                        let n: redis::RedisResult<i64> =
+                            redis::cmd("EXISTS").arg(&k).query_async(&mut c).await;
+                        n.map(|n| (n == 1).then(|| v.clone()))
+                    } else {
+                        redis::cmd("GET").arg(&k).query_async(&mut c).await
+                    };
+                    load.reads += 1;
+                    match got {
+                        Ok(Some(g)) if g == v => {}
+                        Ok(g) => load.wrong.push(format!("{k}: {g:?}")),
+                        Err(e) => load.errors.push(format!("{k}: {e}")),
+                    }
+                }
+                load
+            })
+        })
+        .collect()
+}
+
+/// Sums the readers' loads.
+async fn stop_readers(
+    stop: &AtomicBool,
+    readers: Vec<tokio::task::JoinHandle<ReadLoad>>,
+) -> ReadLoad {
+    stop.store(true, Ordering::Relaxed);
+    let mut all = ReadLoad::default();
+    for r in readers {
+        let l = r.await.unwrap();
+        all.reads += l.reads;
+        all.errors.extend(l.errors);
+        all.wrong.extend(l.wrong);
+    }
+    all
+}
+
+/// Writes `r{i}` = `v{i}` for `keys` keys through `addr` and waits until
+/// they landed.
+async fn seed_reads(addr: &str, keys: usize) {
+    let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for i in 0..keys {
+        let _: () = redis::cmd("SET")
+            .arg(format!("r{i}"))
+            .arg(format!("v{i}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    drained(addr).await;
+}
+
+/// A plain (standalone) client reading through sidecache while a master
+/// fails over: sidecache holds the reads of the master's slots until its
+/// successor serves them, as a cluster client would, so the client sees
+/// no error and no wrong value (issue #46: it saw 175 errors).
+async fn reads_through_failover(fault: Fault) {
+    let mut cluster = Cluster::start_with(1, 2000);
+    replicas_synced(&cluster).await;
+    let proxy = Proxy::start(&cluster.seed_url(), &["--connect-timeout", "1"]).await;
+    let addr = proxy.addr.to_string();
+    seed_reads(&addr, 300).await;
+    let (master, replica) = master_and_replica(&cluster);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = start_readers(&addr, 300, 4, &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let began = Instant::now();
+    fail_over(&mut cluster, master, replica, fault).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let load = stop_readers(&stop, readers).await;
+    eprintln!(
+        "failover took {:?}; {} reads through it",
+        began.elapsed(),
+        load.reads
+    );
+    assert!(load.reads > 1000, "only {} reads", load.reads);
+    assert!(
+        load.errors.is_empty(),
+        "{} errors reached the client, e.g. {:?}",
+        load.errors.len(),
+        &load.errors[..load.errors.len().min(5)]
+    );
+    assert!(
+        load.wrong.is_empty(),
+        "wrong values: {:?}",
+        &load.wrong[..load.wrong.len().min(5)]
+    );
+    let info = String::from_utf8_lossy(&raw(&addr, b"INFO proxy\r\n", 1).await).into_owned();
+    if fault == Fault::Kill {
+        assert!(info_field(&info, "failover_held") > 0, "{info}");
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_reaches_no_reader() {
+    reads_through_failover(Fault::Kill).await;
+}
+
+/// `CLUSTER FAILOVER` under a read load: no `CLUSTERDOWN` (or any other
+/// error) reaches the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_failover_reaches_no_reader() {
+    reads_through_failover(Fault::Graceful).await;
+}
+
+/// Every upstream connection of sidecache killed (`CLIENT KILL`) every
+/// 200 ms under a read load: the reads whose connection went are sent
+/// again, and none is answered with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_upstream_connections_reach_no_reader() {
+    let redis = support::RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let addr = proxy.addr.to_string();
+    seed_reads(&addr, 300).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = start_readers(&addr, 300, 4, &stop);
+    let mut killed = 0;
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let n: u64 = cli(
+            redis.port,
+            &["client", "kill", "type", "normal", "skipme", "yes"],
+        )
+        .trim()
+        .parse()
+        .unwrap_or(0);
+        killed += n;
+    }
+    let load = stop_readers(&stop, readers).await;
+    assert!(killed >= 15, "only {killed} connections killed");
+    assert!(load.reads > 1000, "only {} reads", load.reads);
+    assert!(
+        load.errors.is_empty(),
+        "{} of {} reads answered with an error, e.g. {:?}",
+        load.errors.len(),
+        load.reads,
+        &load.errors[..load.errors.len().min(5)]
+    );
+    assert!(
+        load.wrong.is_empty(),
+        "wrong values: {:?}",
+        &load.wrong[..load.wrong.len().min(5)]
+    );
+    let info = String::from_utf8_lossy(&raw(&addr, b"INFO proxy\r\n", 1).await).into_owned();
+    assert!(info_field(&info, "failover_resent_reads") > 0, "{info}");
+    proxy.stop().await;
+}

@@ -205,3 +205,40 @@ async fn a_node_that_answers_nothing_gets_a_bounded_wait() {
     assert!(started.elapsed() < Duration::from_millis(2500));
     pong_again(&proxy.addr.to_string()).await;
 }
+
+/// A client's own error replies are not the node's state: a script that
+/// returns `READONLY …`, `LOADING …`, `MASTERDOWN …` or `BUSY …` as its
+/// error (and `DEBUG ERROR`) reaches the client as Redis sent it, and
+/// sidecache neither reconnects (as for a demoted primary) nor marks the
+/// node in trouble.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_scripted_error_changes_nothing() {
+    let redis = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let proxy = Observed::start(&redis.url(), &[]).await;
+    let addr = proxy.addr.to_string();
+    for text in [
+        "READONLY You can't write against a read only replica.",
+        "LOADING Redis is loading the dataset in memory",
+        "MASTERDOWN Link with MASTER is down",
+        "BUSY Redis is busy running a script.",
+    ] {
+        let script = format!("return redis.error_reply(\"{text}\")");
+        for _ in 0..20 {
+            let r = call(&addr, &["EVAL", &script, "0"]).await;
+            assert_eq!(r, format!("-{text}\r\n"));
+        }
+        let r = call(&addr, &["DEBUG", "ERROR", text]).await;
+        assert_eq!(r, format!("-{text}\r\n"));
+    }
+    let info = call(&addr, &["INFO", "proxy"]).await;
+    assert_eq!(
+        support::info_field(&info, "upstream_readonly_reconnects"),
+        0,
+        "{info}"
+    );
+    assert!(info.contains("upstream_health:ok\r\n"), "{info}");
+    assert_eq!(call(&addr, &["PING"]).await, "+PONG\r\n");
+    let (status, body) = http_get(&proxy.http.to_string(), "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    proxy.stop().await;
+}

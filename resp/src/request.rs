@@ -369,5 +369,39 @@ pub fn split_args_with(line: &[u8], quotes: InlineQuotes) -> Option<Vec<Vec<u8>>
     }
 }
 
+/// The name of command `n` (0-based) of a pipeline of RESP-encoded
+/// commands (as sent upstream); `None` if the pipeline is shorter or not
+/// RESP arrays of bulk strings. Walks the commands before it: for the rare
+/// reply whose command must be known, not for every one.
+pub fn command_name(pipeline: &[u8], n: usize) -> Option<&[u8]> {
+    /// The number on the line at `at` after its type byte `t`, and where
+    /// the next line starts.
+    fn line(b: &[u8], at: usize, t: u8) -> Option<(usize, usize)> {
+        if b.get(at) != Some(&t) {
+            return None;
+        }
+        let end = at + memchr::memchr(b'\r', b.get(at..)?)?;
+        let v = std::str::from_utf8(&b[at + 1..end]).ok()?.parse().ok()?;
+        Some((v, end + 2))
+    }
+    let mut at = 0;
+    for i in 0..=n {
+        let (args, mut next) = line(pipeline, at, b'*')?;
+        let mut name = None;
+        for a in 0..args {
+            let (len, start) = line(pipeline, next, b'$')?;
+            if a == 0 {
+                name = pipeline.get(start..start + len);
+            }
+            next = start + len + 2;
+        }
+        if i == n {
+            return name;
+        }
+        at = next;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests;

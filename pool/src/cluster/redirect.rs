@@ -27,8 +27,10 @@ pub enum Action {
         /// The importing node.
         addr: NodeAddr,
     },
-    /// Resharding of multi-key operation in progress: wait a bit and resend.
-    TryAgain,
+    /// The command did not run for a passing reason (the cluster is
+    /// failing over, a multi-key slot is migrating, the node is loading its
+    /// data): wait a bit and resend it, while the request's time lasts.
+    Retry(Transient),
     /// Too many redirects: hand the last reply to the client.
     GiveUp,
 }
@@ -49,15 +51,59 @@ pub fn decide(frame: &[u8], attempt: u32) -> Action {
             Some((_, addr)) => Action::Ask { addr },
             None => Action::Done,
         }
-    } else if text.starts_with(b"TRYAGAIN") {
-        Action::TryAgain
+    } else if let Some(kind) = transient(text) {
+        Action::Retry(kind)
     } else {
         Action::Done
     };
-    if action != Action::Done && attempt >= MAX_REDIRECTS {
+    // Retries are bounded by time (the caller's), redirects by count.
+    if matches!(action, Action::Moved { .. } | Action::Ask { .. }) && attempt >= MAX_REDIRECTS {
         return Action::GiveUp;
     }
     action
+}
+
+/// An error Redis answers, without running the command, while something
+/// passes; a cluster client waits and sends the command again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transient {
+    /// `CLUSTERDOWN`: the cluster is failing over (or lost a master).
+    ClusterDown,
+    /// `TRYAGAIN`: a multi-key command's slot is being migrated.
+    TryAgain,
+    /// `LOADING`: the node restarted and is loading its data.
+    Loading,
+}
+
+impl Transient {
+    /// Every kind, in metric order.
+    pub const ALL: [Transient; 3] = [
+        Transient::ClusterDown,
+        Transient::TryAgain,
+        Transient::Loading,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Transient::ClusterDown => "clusterdown",
+            Transient::TryAgain => "tryagain",
+            Transient::Loading => "loading",
+        }
+    }
+}
+
+/// The passing error an error reply's text (without `-`) is, if any.
+pub fn transient(text: &[u8]) -> Option<Transient> {
+    if text.starts_with(b"CLUSTERDOWN") {
+        Some(Transient::ClusterDown)
+    } else if text.starts_with(b"TRYAGAIN") {
+        Some(Transient::TryAgain)
+    } else if text.starts_with(b"LOADING") {
+        Some(Transient::Loading)
+    } else {
+        None
+    }
 }
 
 /// Whether an error reply (its text, without `-`) is one the cluster gives
@@ -124,7 +170,16 @@ mod tests {
                 b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
                 0
             ),
-            Action::TryAgain
+            Action::Retry(Transient::TryAgain)
+        );
+        assert_eq!(
+            decide(b"-CLUSTERDOWN The cluster is down\r\n", 0),
+            Action::Retry(Transient::ClusterDown)
+        );
+        // Retries are bounded by the caller's time, not by a count.
+        assert_eq!(
+            decide(b"-LOADING Redis is loading the dataset in memory\r\n", 99),
+            Action::Retry(Transient::Loading)
         );
         assert_eq!(decide(b"-MOVED 1 h:1\r\n", MAX_REDIRECTS), Action::GiveUp);
         // Malformed redirects are passed to the client untouched.

@@ -2,8 +2,8 @@
 //! that are being read (re-registration in the write's own pipeline).
 //!
 //! # Why
-//! Under `CLIENT TRACKING ON OPTIN` Redis follows a key for a connection
-//! from a read made after `CLIENT CACHING YES` until the key's next change,
+//! Under default-mode tracking Redis follows a key for a connection from
+//! a read the connection made until the key's next change,
 //! *whoever* makes it: a write forgets every registration of its key, the
 //! writer's too. So a value this proxy writes behind is not followed once
 //! its write has landed, and was dropped from the L1 then
@@ -21,7 +21,7 @@
 //!
 //! ```text
 //!  SET k v · SET j w · … (the batch's writes, in queue order)
-//!  CLIENT CACHING YES · MGET k j … · PTTL k · PTTL j · …
+//!  MGET k j … · PTTL k · PTTL j · …
 //!      the keys written last in the batch with `refill`; one MGET per
 //!      slot in a cluster (standalone: one for the batch)
 //! ```
@@ -87,11 +87,10 @@
 //! this connection (Redis's registrations name keys, not databases).
 //!
 //! # Cost
-//! Per batch (per slot in a cluster) with re-reads: `CLIENT CACHING YES`
-//! and one `MGET`; per re-read key: its part of the `MGET`, a `PTTL`, a
-//! tracking-table entry while the key is cached, and the report of its
-//! next write. A miss of the key would cost three commands (`CLIENT
-//! CACHING`, `GET`, `PTTL`) and a round trip; this is paid in the write's
+//! Per batch (per slot in a cluster) with re-reads: one `MGET`; per
+//! re-read key: its part of the `MGET`, a `PTTL`, a tracking-table entry
+//! while the key is cached, and the report of its next write. A miss of
+//! the key would cost two commands (`GET`, `PTTL`) and a round trip; this is paid in the write's
 //! batch, and only for keys being read. Measured with
 //! `bench/workload.sh`: docs/benchmarks.md ("Read-write workloads").
 
@@ -100,9 +99,6 @@ use sidecache_resp::encode;
 use sidecache_resp::frame::Value;
 
 use crate::cluster::slot::Slot;
-
-/// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
-const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
 
 /// One key to re-read after the writes of a batch.
 #[derive(Debug)]
@@ -137,7 +133,7 @@ impl Rereads {
 
     /// The commands they add to the batch.
     pub(crate) fn commands(&self) -> usize {
-        2 * self.groups.len() + self.keys.len()
+        self.groups.len() + self.keys.len()
     }
 
     /// Appends their commands to a batch's encoded writes.
@@ -145,7 +141,6 @@ impl Rereads {
         let mut at = 0;
         for &n in &self.groups {
             let group = &self.keys[at..at + n];
-            out.extend_from_slice(CACHING_YES);
             let mut args: Vec<&[u8]> = Vec::with_capacity(n + 1);
             args.push(b"MGET");
             args.extend(group.iter().map(|r| &r.key[..]));
@@ -170,16 +165,16 @@ impl Rereads {
         self.groups.iter().flat_map(move |&n| {
             let group = &self.keys[at..at + n];
             let frames = if whole {
-                replies.get(reply_at..reply_at + 2 + n)
+                replies.get(reply_at..reply_at + 1 + n)
             } else {
                 None
             };
             at += n;
-            reply_at += 2 + n;
-            let values = frames.and_then(|f| values(&f[..2], n));
+            reply_at += 1 + n;
+            let values = frames.and_then(|f| values(&f[0], n));
             group.iter().enumerate().map(move |(i, r)| {
                 let got = match (&values, frames) {
-                    (Some(v), Some(f)) => outcome(v.get(i).cloned().flatten(), f.get(2 + i)),
+                    (Some(v), Some(f)) => outcome(v.get(i).cloned().flatten(), f.get(1 + i)),
                     _ => None,
                 };
                 (r, got)
@@ -228,17 +223,10 @@ where
     Rereads { keys, groups }
 }
 
-/// The values an `MGET` of `n` keys returned, after its `CLIENT CACHING`
-/// (`frames`: their two replies); `None` if either is not what a
-/// registered read returns (an error such as `MOVED` or `CROSSSLOT`,
-/// `CLIENT CACHING` refused).
-fn values(frames: &[Bytes], n: usize) -> Option<Vec<Option<Option<Bytes>>>> {
-    let [caching, mget] = frames else {
-        return None;
-    };
-    if !caching.starts_with(b"+") {
-        return None;
-    }
+/// The values an `MGET` of `n` keys returned (`mget`: its reply); `None`
+/// if it is not what a registered read returns (an error such as `MOVED`
+/// or `CROSSSLOT`).
+fn values(mget: &Bytes, n: usize) -> Option<Vec<Option<Option<Bytes>>>> {
     let Value::Array(items) = Value::decode(mget).ok()? else {
         return None;
     };
@@ -293,7 +281,7 @@ mod tests {
         // a: its last write is not marked; c and b: the MSET at 3, in its
         // order; d: not marked.
         assert_eq!(got, vec![(3, b("c")), (3, b("b"))]);
-        assert_eq!((r.groups.clone(), r.commands()), (vec![2], 4));
+        assert_eq!((r.groups.clone(), r.commands()), (vec![2], 3));
         assert!(plan(vec![(false, None, smallvec![b("x")])].into_iter()).is_empty());
         assert!(plan(Vec::new().into_iter()).is_empty());
     }
@@ -315,23 +303,18 @@ mod tests {
             String::from_utf8_lossy(&o).into_owned()
         };
         let want = [
-            cmd(&["CLIENT", "CACHING", "YES"]),
             cmd(&["MGET", "y"]),
             cmd(&["PTTL", "y"]),
-            cmd(&["CLIENT", "CACHING", "YES"]),
             cmd(&["MGET", "x", "z"]),
             cmd(&["PTTL", "x"]),
             cmd(&["PTTL", "z"]),
         ]
         .concat();
         assert_eq!(String::from_utf8_lossy(&out), want);
-        assert_eq!(r.commands(), 7);
-        let ok = b("+OK\r\n");
+        assert_eq!(r.commands(), 5);
         let replies = vec![
-            ok.clone(),
             b("*1\r\n$1\r\n1\r\n"),
             b(":-1\r\n"),
-            ok,
             b("*2\r\n_\r\n$2\r\nzz\r\n"),
             b(":-2\r\n"),
             b("-ERR no\r\n"),
@@ -348,16 +331,11 @@ mod tests {
                 ("z".into(), None),
             ]
         );
-        // A refused CACHING, a redirected MGET, a short reply: nothing.
+        // A redirected MGET (its group only), a short reply: nothing.
         let mut moved = replies.clone();
-        moved[4] = b("-MOVED 1 127.0.0.1:1\r\n");
-        assert!(r.outcomes(&moved).skip(1).all(|(_, o)| o.is_none()));
-        let mut refused = replies.clone();
-        refused[0] = b("-ERR no\r\n");
-        assert!(r
-            .outcomes(&refused)
-            .next()
-            .is_some_and(|(_, o)| o.is_none()));
-        assert!(r.outcomes(&replies[..6]).all(|(_, o)| o.is_none()));
+        moved[2] = b("-MOVED 1 127.0.0.1:1\r\n");
+        let got: Vec<bool> = r.outcomes(&moved).map(|(_, o)| o.is_some()).collect();
+        assert_eq!(got, vec![true, false, false]);
+        assert!(r.outcomes(&replies[..4]).all(|(_, o)| o.is_none()));
     }
 }

@@ -11,21 +11,35 @@
 //! kept: closing it could let the writes it carries run after their
 //! retries on a new one), and the next answered ping brings it back.
 //!
-//! - **optin** (the default): `CLIENT TRACKING ON OPTIN`, default mode.
-//!   Redis remembers the keys this connection reads after `CLIENT CACHING
-//!   YES` (its tracking table, bounded by `tracking-table-max-keys`),
-//!   sends one invalidation per key when another client changes it, then
-//!   forgets the key until it is read again. So the reads that fill the L1
-//!   travel on this connection too, each `CLIENT CACHING YES; GET k;
-//!   PTTL k` in one pipeline (no extra round trip). A write to a key no
-//!   sidecache cached costs Redis a table lookup, whatever the number of
-//!   sidecaches attached: the fleet-safe choice.
+//! - **optin** (the default): default-mode tracking, in which Redis
+//!   remembers the keys a connection reads (its tracking table, bounded by
+//!   `tracking-table-max-keys`), sends one invalidation per key when
+//!   another client changes it, then forgets the key until it is read
+//!   again. Only the keys sidecache caches are registered: the reads that
+//!   fill the L1 travel on this connection, `GET k; PTTL k` in one
+//!   pipeline (no extra round trip), and nothing else it carries reads a
+//!   key. A write to a key no sidecache cached costs Redis a table lookup,
+//!   whatever the number of sidecaches attached: the fleet-safe choice.
+//!   On the wire it is `CLIENT TRACKING ON OPTOUT` (see "Why OPTOUT").
 //! - **bcast** (`--tracking bcast`): `CLIENT TRACKING ON BCAST NOLOOP
 //!   [PREFIX …]`. Redis pushes every key any *other* connection modifies;
 //!   `NOLOOP` keeps the proxy's own flushes from evicting what it just
 //!   wrote. Cost on Redis: every write, cached anywhere or not, is recorded
 //!   and sent to every channel (measured: 5.5–8× Redis CPU per write with
 //!   50 sidecaches attached).
+//!
+//! ## Why OPTOUT
+//! Which keys are registered is chosen by what the connection carries, not
+//! by a flag per read: every read it carries is a fill or a re-read (and
+//! their `PTTL`s), which is to be registered. Under Redis's `OPTIN`, each
+//! would need a `CLIENT CACHING YES` before it, one more command for Redis
+//! to run per miss and per re-read batch; under `OPTOUT` every read
+//! registers without it (`CLIENT CACHING NO` would exempt one: never
+//! sent). Measured with `bench/workload.sh matrix` (docs/benchmarks.md,
+//! "Read-write workloads"): 0.06–0.37 fewer Redis commands per
+//! application operation. Writes register nothing in either mode (Redis
+//! registers the keys of read-only commands), so the write-behind batches
+//! the connection also carries are unchanged.
 //!
 //! ## Why optin reads on the channel connection, without NOLOOP or REDIRECT
 //! Redis offers `REDIRECT <id>` so that reads on other connections report
@@ -38,29 +52,28 @@
 //! appended to the channel at once, so one can land *inside* a
 //! multi-element reply the channel connection is writing, which no parser
 //! can take apart. Hence: one tracked connection per master, reading and
-//! writing, no `NOLOOP`, no `REDIRECT`; it carries only single-reply
-//! commands (`CLIENT CACHING`, `GET`, `PTTL`, the write-behind `SET`s and
-//! `MSET`s, `PING`), so a push never interrupts a reply. Only the database
+//! writing, no `NOLOOP`, no `REDIRECT`: Redis writes a push on the
+//! connection it concerns between two replies, never inside one. Only the database
 //! it selected is cached under optin (other databases are read and written
 //! through, uncached; use bcast to cache several databases).
 //!
 //! ## Own writes (optin): re-read when the key is being read, else released
 //! A write forgets every registration of its key, ours too, and Redis
 //! tells no one of a key's later changes until someone reads it again
-//! with `CLIENT CACHING YES`. A value this proxy writes is served from the
+//! on a tracking connection. A value this proxy writes is served from the
 //! L1 while its write is queued or on its way, when it *is* the key's
 //! value as far as any reader of this proxy may know (contract 1). Once
 //! the write's reply is read:
 //! - a key read lately (within the TTL cap: the L1's read marks) was registered
 //!   again and read back in the write's own pipeline, after the write
-//!   (`CLIENT CACHING YES; MGET k …; PTTL k`), and the written entry becomes
+//!   (`MGET k …; PTTL k`), and the written entry becomes
 //!   that read's fill: the key stays cached and followed. Design, cost and
 //!   race argument: [`crate::coherence::refill`];
 //! - any other key is handed with its write's stamp (the instant it was
 //!   acknowledged) to [`crate::WriteListener::landed`], and the entry is
 //!   dropped unless a later write replaced it (`L1::release_written`). The
-//!   next read of the key is a miss that registers it (`CLIENT CACHING
-//!   YES; GET`), so a key nobody reads costs Redis what an untracked `SET`
+//!   next read of the key is a miss that registers it (`GET` on the
+//!   channel connection), so a key nobody reads costs Redis what an untracked `SET`
 //!   costs, plus a lookup in its tracking table (measured 1.09× of the same
 //!   SETs sent directly, with `bench/scale.sh sustained`).
 //!
@@ -89,12 +102,12 @@
 //!   sent the GET. So the invalidation is applied after the fill began:
 //!   either before the fill completes (the epoch moved: the fill is
 //!   discarded) or after it (the invalidation removes the entry).
-//!   Optin: Redis sends it because the GET ran after `CLIENT CACHING YES`
-//!   on the channel connection, registering `k` at `G` for that
+//!   Optin: Redis sends it because the GET ran on the channel connection
+//!   (tracking on since its first command, the handshake, or the channel
+//!   is not up and nothing is cached), registering `k` at `G` for that
 //!   connection; a write on *any* other connection (another client, another
 //!   sidecache, this proxy's own forwarded writes on its pool connections)
-//!   finds the registration. A fill whose `CLIENT CACHING YES` was refused
-//!   is not cached. The registration lasts until the first write after
+//!   finds the registration. The registration lasts until the first write after
 //!   `G` (which sends the invalidation) or until the connection is lost
 //!   (which clears, below); a `tracking-table-max-keys` eviction sends an
 //!   invalidation as a write would (no `NOLOOP`, so none is skipped).
@@ -229,8 +242,8 @@ pub struct CoherenceStats {
     pub channel_losses: AtomicU64,
     /// Channels (re-)established.
     pub channel_ups: AtomicU64,
-    /// Optin: reads sent after `CLIENT CACHING YES` on a channel
-    /// connection (each registers its key for this sidecache).
+    /// Optin: reads sent on a channel connection (each registers its key
+    /// for this sidecache).
     pub registered_reads: AtomicU64,
     /// Keys reported back for this sidecache's own writes
     /// (see `crate::conn::mux`'s `echo`): not passed on to tracking
@@ -242,7 +255,7 @@ pub struct CoherenceStats {
 pub(crate) struct Hub {
     pub(crate) mode: TrackingMode,
     /// What a channel connection sends first: `CLIENT TRACKING ON BCAST
-    /// NOLOOP …` (bcast) or `CLIENT TRACKING ON OPTIN` (optin), encoded.
+    /// NOLOOP …` (bcast) or `CLIENT TRACKING ON OPTOUT` (optin), encoded.
     pub(crate) handshake: Bytes,
     pub(crate) listener: OnceLock<Arc<dyn CoherenceListener>>,
     pub(crate) stats: CoherenceStats,
@@ -292,7 +305,13 @@ impl Due {
 /// forgotten (an echo not recognised is only a message too many).
 pub const ECHOES_DUE_MAX: usize = 65_536;
 
-/// Commands that run code, which may read keys it does not name.
+/// Whether a command (its name) runs code: a script or a function, which
+/// may read keys it does not name, and whose error replies may be its own.
+pub(crate) fn runs_code(name: Option<&[u8]>) -> bool {
+    name.is_some_and(|n| RUN_CODE.iter().any(|c| n.eq_ignore_ascii_case(c)))
+}
+
+/// Commands that run code.
 const RUN_CODE: [&[u8]; 6] = [
     b"eval",
     b"evalsha",
@@ -391,7 +410,9 @@ pub(crate) fn probe_args(mode: TrackingMode, prefixes: &[Vec<u8>]) -> Vec<&[u8]>
         // Not NOLOOP: Redis skips a NOLOOP client's invalidations while it
         // runs a command, tracking-table evictions included (they happen at
         // the start of any command), so they would be lost.
-        TrackingMode::Optin => vec![b"CLIENT", b"TRACKING", b"ON", b"OPTIN"],
+        // OPTOUT: every read on the connection is one to register (see
+        // "Why OPTOUT").
+        TrackingMode::Optin => vec![b"CLIENT", b"TRACKING", b"ON", b"OPTOUT"],
     }
 }
 
@@ -459,10 +480,7 @@ impl Channel {
         if due.is_empty() {
             return;
         }
-        let runs_code = args
-            .first()
-            .is_some_and(|n| RUN_CODE.iter().any(|c| n.eq_ignore_ascii_case(c)));
-        if runs_code {
+        if runs_code(args.first().map(|n| &n[..])) {
             due.hashes.clear();
             return;
         }

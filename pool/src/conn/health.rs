@@ -94,6 +94,12 @@ pub struct Health {
     readonly_reconnects: bool,
 }
 
+/// Whether a reply tells of the node's state: a trouble reply (`BUSY`,
+/// `LOADING`, `MASTERDOWN`) or `READONLY`.
+pub(crate) fn tells_state(frame: &[u8]) -> bool {
+    trouble_of(frame).is_some() || frame.starts_with(b"-READONLY")
+}
+
 /// What a trouble reply says, from its first bytes.
 fn trouble_of(frame: &[u8]) -> Option<u8> {
     if frame.first() != Some(&b'-') {

@@ -127,6 +127,21 @@ impl Sink {
     }
 }
 
+/// Whether `frame`, the next reply of `cur`, may change what sidecache
+/// thinks of the node (its health, a standalone node's demotion): any
+/// reply but one that looks like the node's state (`BUSY`, `LOADING`,
+/// `MASTERDOWN`, `READONLY`) and answers a script, a function or `DEBUG`,
+/// whose error text may be the code's or the caller's own (`return
+/// redis.error_reply('READONLY …')`, `DEBUG ERROR`). Only such replies
+/// pay for finding their command.
+fn own_state(frame: &[u8], cur: &Inflight) -> bool {
+    if !crate::conn::health::tells_state(frame) {
+        return true;
+    }
+    let name = sidecache_resp::request::command_name(&cur.sent, cur.frames.len());
+    !crate::upstream::answers_any_error(name)
+}
+
 struct Inflight {
     count: usize,
     frames: Replies,
@@ -137,6 +152,10 @@ struct Inflight {
     payload: Option<Bytes>,
     /// It is a write-behind batch.
     writes: bool,
+    /// What a caller sent (empty for the connection's own commands): a
+    /// reply that would tell of the node's state is checked against its
+    /// command (`own_state`).
+    sent: Bytes,
 }
 
 /// Handle to one multiplexed connection; cheap to clone.
@@ -315,6 +334,7 @@ async fn run_connected(
             sink: Sink::Tracking,
             payload: None,
             writes: false,
+            sent: Bytes::new(),
         };
         if inflight_tx.send(entry).await.is_err() || wr.write_all(ch.handshake()).await.is_err() {
             return Some(lost("registering CLIENT TRACKING failed".into()));
@@ -379,7 +399,7 @@ async fn run_connected(
                 if !auth.encode_auth(&mut p) {
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None, writes: false };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None, writes: false, sent: Bytes::new() };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -403,7 +423,7 @@ async fn run_connected(
                     }
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping, payload: None, writes: false };
+                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Ping, payload: None, writes: false, sent: Bytes::new() };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -449,6 +469,7 @@ async fn run_connected(
                         .is_some_and(|c| c.wants_echoes() || req.gathered && c.is_optin())
                         .then(|| req.payload.clone()),
                     writes: req.gathered,
+                    sent: req.payload.clone(),
                 };
                 if let Err(mpsc::error::SendError(entry)) = inflight_tx.send(entry).await {
                     entry.sink.fail(lost("reader stopped".into()));
@@ -547,18 +568,6 @@ async fn read_loop(
                         }
                         continue;
                     }
-                    if let Some(h) = &watch.health {
-                        h.observe(&frame);
-                    }
-                    if readonly_reconnects
-                        && drain_until.is_none()
-                        && frame.starts_with(b"-READONLY")
-                    {
-                        drain_until = Some(tokio::time::Instant::now() + DRAIN_LIMIT);
-                        if let Some(tx) = watch.demoted.take() {
-                            let _ = tx.send(());
-                        }
-                    }
                     let mut cur = match current.take() {
                         Some(c) => c,
                         None => match inflight.try_recv() {
@@ -566,6 +575,20 @@ async fn read_loop(
                             Err(_) => break 'outer lost("reply without a request".into()),
                         },
                     };
+                    if own_state(&frame, &cur) {
+                        if let Some(h) = &watch.health {
+                            h.observe(&frame);
+                        }
+                        if readonly_reconnects
+                            && drain_until.is_none()
+                            && frame.starts_with(b"-READONLY")
+                        {
+                            drain_until = Some(tokio::time::Instant::now() + DRAIN_LIMIT);
+                            if let Some(tx) = watch.demoted.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                    }
                     cur.frames.push(frame);
                     echoes.replied(&cur);
                     if cur.frames.len() >= cur.count {

@@ -45,7 +45,7 @@ pub enum Lane {
         hint: usize,
     },
     /// Optin tracking: the invalidation channel's own connection, which
-    /// fills the L1 (reads of values to cache, after `CLIENT CACHING YES`).
+    /// fills the L1 (reads of values to cache, each registered).
     /// The connection stays in the database clients start in; a pipeline
     /// that fills another one `SELECT`s it and ends by selecting the start
     /// database again (Redis's tracking table names keys, not databases,

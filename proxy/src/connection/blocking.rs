@@ -224,7 +224,7 @@ impl Client {
                             continue;
                         }
                     }
-                    Action::TryAgain | Action::Done | Action::GiveUp => {}
+                    Action::Retry(_) | Action::Done | Action::GiveUp => {}
                 }
                 // A master demoted while the command blocked (not a
                 // CLIENT UNBLOCK, whose reply goes to the client).

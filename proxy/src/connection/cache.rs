@@ -3,8 +3,9 @@
 //! command order, at dispatch and again once upstream acknowledged them.
 //!
 //! With optin tracking the fills go on each node's invalidation channel
-//! connection (its *fill lane*, `Client::fills`), after `CLIENT CACHING
-//! YES`, so Redis tracks the keys for this sidecache; everything else goes
+//! connection (its *fill lane*, `Client::fills`), which Redis follows
+//! every read of (`CLIENT TRACKING ON OPTOUT`: it carries no read sidecache
+//! does not cache), so Redis tracks the keys for this sidecache; everything else goes
 //! on the client's pooled connections. Two connections do not keep a
 //! pipeline's order, so a fill is put on the fill lane only while nothing
 //! that may write is bound for its node on the client's connection in the
@@ -52,9 +53,6 @@ pub(super) fn fill_lane(key: &[u8], lanes: usize) -> usize {
     h as usize % lanes
 }
 
-/// `CLIENT CACHING YES`: the next command's keys are tracked (optin).
-pub(super) const CACHING_YES: &[u8] = b"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
-
 impl Client {
     /// Whether fills wait in this batch for the fill connection.
     pub(super) fn has_fills(&self) -> bool {
@@ -83,7 +81,7 @@ impl Client {
     }
 
     /// Queues GET + PTTL for `key` on its node: on the client's connection,
-    /// or (`fill`) after `CLIENT CACHING YES` on the node's fill connection.
+    /// or (`fill`) on the node's fill connection, whose reads Redis follows.
     /// Returns where its replies are: the builder (the node, or the fill
     /// lane) and the index of the GET's.
     /// `read`: another read than GET, encoded.
@@ -110,7 +108,6 @@ impl Client {
         let db = self.st.db;
         let b = &mut self.fills[lane];
         b.reads += 1;
-        b.buf.extend_from_slice(CACHING_YES);
         if self.st.tracking.on {
             self.fill_reads.push((db, Bytes::copy_from_slice(key)));
         }
@@ -119,8 +116,8 @@ impl Client {
             None => encode::encode_command(&mut b.buf, &[b"GET".as_slice(), key]),
         }
         encode::encode_command(&mut b.buf, &[b"PTTL".as_slice(), key]);
-        b.count += 3;
-        (lane as u32, (b.count - 3) as u32)
+        b.count += 2;
+        (lane as u32, (b.count - 2) as u32)
     }
 
     /// The fill lane of `key` on `node` (one lane per key, so Redis

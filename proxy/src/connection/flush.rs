@@ -19,6 +19,7 @@ use super::{Client, Fetch, MgetItem, Pending};
 use crate::cmd::merge;
 use crate::connection::flight::{self, Fetched};
 
+mod absorb;
 mod combined;
 use combined::rewrite_scan;
 
@@ -44,6 +45,7 @@ impl Client {
         let deadline = self.batch_deadline();
         self.submit(deadline).await;
         self.receive().await;
+        self.absorb(deadline).await;
         self.note_failures();
         let mut pending = std::mem::take(&mut self.pending);
         self.publish(&mut pending).await;
@@ -83,12 +85,17 @@ impl Client {
         let start = self.shared.upstream.default_db();
         let per_node = self.fill_lanes;
         for fill in [false, true] {
-            let lanes = if fill {
-                &mut self.fills
+            let len = if fill {
+                self.fills.len()
             } else {
-                &mut self.builders
+                self.builders.len()
             };
-            for (i, b) in lanes.iter_mut().enumerate() {
+            for idx in 0..len {
+                let b = if fill {
+                    &mut self.fills[idx]
+                } else {
+                    &mut self.builders[idx]
+                };
                 if b.count == 0 {
                     continue;
                 }
@@ -103,43 +110,36 @@ impl Client {
                         b.count += 1;
                     }
                     Lane::Fill {
-                        lane: i % per_node,
+                        lane: idx % per_node,
                         reads: std::mem::take(&mut b.reads),
                     }
                 } else {
                     Lane::Client { session, hint }
                 };
                 // A fill lane's node.
-                let i = if fill { i / per_node } else { i };
+                let i = if fill { idx / per_node } else { idx };
                 let payload = b.buf.split().freeze();
                 let count = std::mem::take(&mut b.count);
-                if i >= self.topo.nodes().len() {
-                    // A replica's: kept for `fall_back`.
-                    b.sent = Some((payload.clone(), count));
-                }
-                let Some(node) = self.topo.node(i) else {
+                // Kept to be sent again: a replica's to its master
+                // (`fall_back`), a master's when a failure is absorbed
+                // (`absorb`).
+                b.sent = Some((payload.clone(), count));
+                let Some(node) = self.topo.node(i).cloned() else {
                     b.result = Some(Err(sidecache_pool::Error::SlotUnassigned(0)));
                     continue;
                 };
-                // A client of another ACL user: its pipelines go on that
-                // user's connections.
-                let sent = match (&self.st.user, lane) {
-                    (Some(login), Lane::Client { session, .. }) => {
-                        let up = &self.shared.upstream;
-                        up.submit_as(login.pool(), node, session, payload, count, deadline)
-                            .await
-                    }
-                    _ => {
-                        let up = &self.shared.upstream;
-                        up.submit(node, lane, payload, count, deadline).await
-                    }
-                };
+                let sent = self.send_lane(&node, lane, payload, count, deadline).await;
                 if let Some(c) = self.metrics.shard(&self.shared.metrics, &self.topo, i) {
                     c.commands.fetch_add(count as u64, Ordering::Relaxed);
                     if sent.waited {
                         c.write_waits.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                let b = if fill {
+                    &mut self.fills[idx]
+                } else {
+                    &mut self.builders[idx]
+                };
                 match sent.replies {
                     Ok(rx) => b.rx = Some(rx),
                     Err(e) => b.result = Some(Err(e)),
@@ -290,17 +290,26 @@ impl Client {
     }
 
     /// Whether the reply at (`node`, `idx`) on the client's connections may
-    /// be a redirect [`Client::reply_of`] follows: an error reply, on a
-    /// cluster.
+    /// be one [`Client::reply_of`] follows (see [`Client::followed`]).
     fn may_follow(&self, node: u32, idx: u32) -> bool {
-        self.topo.is_cluster()
-            && self
-                .builders
-                .get(node as usize)
-                .and_then(|b| b.result.as_ref())
-                .and_then(|r| r.as_ref().ok())
-                .and_then(|frames| frames.get(idx as usize))
-                .is_some_and(|f| frame::error_text(f).is_some())
+        self.builders
+            .get(node as usize)
+            .and_then(|b| b.result.as_ref())
+            .and_then(|r| r.as_ref().ok())
+            .and_then(|frames| frames.get(idx as usize))
+            .is_some_and(|f| self.followed(f))
+    }
+
+    /// Whether a reply is followed (`Upstream::follow_via`) before the
+    /// client gets it: on a cluster, any error reply (a redirect, or a
+    /// passing error to wait out); standalone, `LOADING` (a restarted node
+    /// loading its data).
+    pub(in crate::connection) fn followed(&self, frame: &[u8]) -> bool {
+        if self.topo.is_cluster() {
+            frame::error_text(frame).is_some()
+        } else {
+            frame.starts_with(b"-LOADING")
+        }
     }
 
     /// Writes one pending entry's reply to `wbuf`, waiting for what it
@@ -469,10 +478,10 @@ impl Client {
     /// Takes a fetch's GET and PTTL replies, fills the L1 when allowed, and
     /// publishes the result to coalesced readers.
     async fn finish_fetch(&mut self, f: &mut Fetch) {
-        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx, &mut f.ticket);
+        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx);
         let result = match got {
             Err(e) => Fetched::Error(e.reply()),
-            Ok(frame) if frame::error_text(&frame).is_some() && self.topo.is_cluster() => {
+            Ok(frame) if self.followed(&frame) => {
                 self.shared.metrics.note_redirect(&frame);
                 // A redirect (or another error): follow it for the GET alone
                 // and do not fill; the next read will.
@@ -510,25 +519,14 @@ impl Client {
     }
 
     /// A fetch's two replies (the read's and its PTTL, as an integer), at
-    /// `idx` of its builder; on the fill connection (`fill`) after the
-    /// `CLIENT CACHING YES` at `idx`, whose refusal drops the ticket: the
-    /// read is then not tracked, so fetched only, not cached.
+    /// `idx` of its builder, or (`fill`) of its node's fill lane.
     pub(super) fn take_fetched(
         &mut self,
         fill: bool,
         node: u32,
         idx: u32,
-        ticket: &mut Option<sidecache_l1::FillTicket>,
     ) -> (sidecache_pool::Result<Bytes>, Option<i64>) {
-        let first = if fill {
-            let caching = self.take_lane_frame(true, node, idx);
-            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
-                *ticket = None;
-            }
-            idx + 1
-        } else {
-            idx
-        };
+        let first = idx;
         let got = self.take_lane_frame(fill, node, first);
         let pttl =
             self.take_lane_frame(fill, node, first + 1)
@@ -581,7 +579,7 @@ impl Client {
         cmd: &Bytes,
     ) -> sidecache_pool::Result<Bytes> {
         let frame = self.take_frame(node, idx)?;
-        if !self.topo.is_cluster() || frame::error_text(&frame).is_none() || cmd.is_empty() {
+        if !self.followed(&frame) || cmd.is_empty() {
             return Ok(frame);
         }
         self.shared.metrics.note_redirect(&frame);

@@ -5,7 +5,6 @@
 
 use bytes::{BufMut, Bytes};
 use sidecache_pool::{Proto, Slot};
-use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 use sidecache_resp::shape::{self, Shape};
 use smallvec::SmallVec;
@@ -32,8 +31,8 @@ fn script_may_read(name: &str, args: &[Bytes], table: &crate::cmd::table::Comman
     }
 }
 
-/// A tracking client's script on a fill lane: after `CLIENT CACHING YES`
-/// at `idx` of fill lane `lane`, its reply at `idx + 1`.
+/// A tracking client's script on a fill lane: its reply at `idx` of fill
+/// lane `lane`.
 #[derive(Debug)]
 pub(super) struct ScriptFill {
     lane: u32,
@@ -156,7 +155,7 @@ impl Client {
 
     /// A tracking client's script (its keys registered by
     /// [`Client::track_read`]), under optin: run in a batch of its own on
-    /// the fill lane of its first key, after `CLIENT CACHING YES`, so Redis
+    /// the fill lane of its first key (whose reads Redis follows), so Redis
     /// follows the keys it declares exactly when it would for the client
     /// (the script ran a read), and reports their changes to sidecache.
     /// The batch before it is answered first, and (`true`) the caller
@@ -198,7 +197,7 @@ impl Client {
             self.push_inval(inval);
             return false;
         }
-        let (lane, idx) = self.enqueue_caching(node, &args[first], &req.raw, 1);
+        let (lane, idx) = self.enqueue_on_fill_lane(node, &args[first], &req.raw, 1);
         let db = self.st.db;
         for k in &keys {
             self.fill_reads.push((db, k.clone()));
@@ -222,14 +221,13 @@ impl Client {
     }
 
     /// The reply of a script run on a fill lane, in the client's protocol
-    /// (the lane speaks RESP3). If Redis refused `CLIENT CACHING YES`, or
-    /// the script was redirected (a cluster moved its slot) and ran
-    /// elsewhere, its keys are not followed: they get their message after
-    /// the reply. Returns whether it is an upstream failure.
+    /// (the lane speaks RESP3). If the script was redirected (a cluster
+    /// moved its slot) and ran elsewhere, or its connection failed, its keys
+    /// are not followed: they get their message after the reply. Returns whether it
+    /// is an upstream failure.
     pub(super) async fn reply_script(&mut self, sf: ScriptFill) -> bool {
-        let caching = self.take_lane_frame(true, sf.lane, sf.idx);
-        let mut followed = caching.is_ok_and(|c| frame::error_text(&c).is_none());
-        let got = match self.take_lane_frame(true, sf.lane, sf.idx + 1) {
+        let mut followed = true;
+        let got = match self.take_lane_frame(true, sf.lane, sf.idx) {
             Ok(f)
                 if self.topo.is_cluster()
                     && (f.starts_with(b"-MOVED ") || f.starts_with(b"-ASK ")) =>
@@ -243,7 +241,10 @@ impl Client {
                     .map(|f| (f, self.st.proto))
             }
             Ok(f) => Ok((f, Proto::Resp3)),
-            Err(e) => Err(e),
+            Err(e) => {
+                followed = false;
+                Err(e)
+            }
         };
         if !followed {
             self.fill_reads
@@ -284,8 +285,7 @@ impl Client {
     }
 
     /// A transaction of a tracking client, on the fill lane of a key it
-    /// reads, after `CLIENT CACHING YES` (which covers a whole
-    /// transaction when the command after it is MULTI): Redis follows
+    /// reads (whose reads Redis follows, `MULTI` … `EXEC` included): Redis follows
     /// for sidecache every key it reads, as it would for the client, so
     /// the client keeps what it read until it changes (rueidis reads each
     /// key it caches as `CLIENT CACHING YES`, `MULTI`, `PTTL k`, the read,
@@ -303,17 +303,16 @@ impl Client {
             .last()
             .map(|(_, k, _)| k.clone())
             .unwrap_or_default();
-        let (lane, caching) = self.enqueue_caching(node, &key, block, count);
+        let at = self.enqueue_on_fill_lane(node, &key, block, count);
         for (db, k, _) in &self.tracked_reads {
             self.fill_reads.push((*db, k.clone()));
         }
-        (lane, caching + 1)
+        at
     }
 
-    /// `block` (`count` commands) on the fill lane of `key` on `node`,
-    /// after `CLIENT CACHING YES`: the lane, and the index of the
-    /// `CLIENT CACHING` reply (the block's come after it).
-    fn enqueue_caching(
+    /// `block` (`count` commands) on the fill lane of `key` on `node`:
+    /// the lane, and the index of the block's first reply.
+    fn enqueue_on_fill_lane(
         &mut self,
         node: usize,
         key: &[u8],
@@ -323,10 +322,9 @@ impl Client {
         let lane = self.fill_lane_of(node, key);
         let b = &mut self.fills[lane];
         b.reads += 1;
-        b.buf.extend_from_slice(super::cache::CACHING_YES);
         b.buf.extend_from_slice(block);
-        b.count += 1 + count;
-        (lane as u32, (b.count - 1 - count) as u32)
+        b.count += count;
+        (lane as u32, (b.count - count) as u32)
     }
 
     /// EXEC is sent: the transaction's reads run now, not when they were
@@ -359,7 +357,7 @@ impl Client {
     /// invalidation now, behind the replies. (Followed only later, a change
     /// made between the read and then would have gone unheard.) A key read
     /// on a fill lane in this batch is followed, value or not: Redis tracks
-    /// what that connection read with `CLIENT CACHING YES` until its next
+    /// what that connection read until its next
     /// change (or until the lane's channel is lost, which tells every
     /// tracking client to drop everything). Inside an open MULTI nothing is
     /// decided yet: the reads' replies come with EXEC's, and a message must

@@ -115,8 +115,7 @@ pub(super) struct TxPending {
     selects: Vec<(usize, Vec<Bytes>)>,
     /// A trailing `SELECT` (not the client's) puts the connection back.
     restore: bool,
-    /// On a fill lane (`node` is the lane), after `CLIENT CACHING YES` at
-    /// `idx - 1` (see `Client::tx_on_fill_lane`).
+    /// On a fill lane (`node` is the lane; see `Client::tx_on_fill_lane`).
     fill: bool,
 }
 

@@ -176,7 +176,7 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
     let users = s.users.usage();
     let user_pools = s.users.pool_counts();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nupstream_auth:{}\r\nupstream_auth_refreshes:{}\r\nupstream_auth_refresh_failures:{}\r\nupstream_reauths:{}\r\nupstream_reauth_failures:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nacl_users:{}\r\nacl_users_max:{}\r\nacl_user_connections_in_use:{}\r\nacl_user_connections_opened:{}\r\nacl_user_connection_refusals:{}\r\nacl_logins:{}\r\nacl_auth_failures:{}\r\nblocked_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\ntracking_clients:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntracking_messages_sent:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nfailover_held:{}\r\nfailover_resent_reads:{}\r\nfailover_absorbed:{}\r\nupstream_auth:{}\r\nupstream_auth_refreshes:{}\r\nupstream_auth_refresh_failures:{}\r\nupstream_reauths:{}\r\nupstream_reauth_failures:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nacl_users:{}\r\nacl_users_max:{}\r\nacl_user_connections_in_use:{}\r\nacl_user_connections_opened:{}\r\nacl_user_connection_refusals:{}\r\nacl_logins:{}\r\nacl_auth_failures:{}\r\nblocked_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\ntracking_clients:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntracking_messages_sent:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.engine(),
@@ -199,6 +199,12 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
             .trouble()
             .map_or_else(|| "ok".to_owned(), |t| t.replace(['\r', '\n'], " ")),
         s.upstream.readonly_reconnects(),
+        load(&s.upstream.failover_stats().held),
+        load(&s.upstream.failover_stats().resent_reads),
+        sidecache_pool::Absorbed::ALL
+            .iter()
+            .map(|&k| s.upstream.failover_stats().absorbed(k))
+            .sum::<u64>(),
         match &s.config.upstream_auth {
             crate::config::UpstreamAuth::Url => "url",
             crate::config::UpstreamAuth::Iam { .. } => "iam",

@@ -155,3 +155,13 @@ fn inline_quoting() {
     assert_eq!(joined(b"\"ab"), None);
     assert_eq!(split_args(b"'it\\'s'"), Some(vec![b"it's".to_vec()]));
 }
+
+#[test]
+fn command_names_in_a_pipeline() {
+    let p = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n";
+    assert_eq!(command_name(p, 0), Some(&b"GET"[..]));
+    assert_eq!(command_name(p, 1), Some(&b"EVAL"[..]));
+    assert_eq!(command_name(p, 2), None);
+    assert_eq!(command_name(b"*1\r\n$4\r\nEV", 0), None);
+    assert_eq!(command_name(b"", 0), None);
+}

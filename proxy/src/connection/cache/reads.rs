@@ -3,7 +3,7 @@
 //!
 //! A miss is fetched with the key's PTTL in the same pipeline, on the same
 //! connection as a GET miss would be (the client's, or under optin the
-//! node's fill connection after `CLIENT CACHING YES`), with the same fill
+//! node's fill connection), with the same fill
 //! ticket taken before the node's channel is checked: the race argument of
 //! GET (`sidecache_pool::coherence::tracking`) holds unchanged, since the
 //! read is cached in the key's entry and every invalidation of the key
@@ -22,7 +22,7 @@ use super::super::{Client, Pending};
 use crate::cmd::reads;
 
 /// A read beyond GET being fetched (the command and PTTL pipelined at
-/// `idx`, `idx + 1`; on the fill connection after `CLIENT CACHING YES`).
+/// `idx`, `idx + 1`, on the client's connection or the fill connection).
 pub(in crate::connection) struct ReadFetch {
     /// Its builder: the node's, or (`fill`) its fill lane's.
     node: u32,
@@ -65,6 +65,15 @@ pub(in crate::connection) fn write_read(
 ) {
     if from == to || shape::convert(reply, shape, from, to, out).is_err() {
         out.extend_from_slice(reply);
+    }
+}
+
+impl ReadFetch {
+    /// Fetched on fill lane `lane`: it no longer fills the L1.
+    pub(in crate::connection) fn forget_ticket_on(&mut self, lane: u32) {
+        if self.fill && self.node == lane {
+            self.ticket = None;
+        }
     }
 }
 
@@ -141,14 +150,14 @@ impl Client {
     /// Takes a read's reply and PTTL, fills the L1 when allowed, and
     /// keeps the reply, in the client's protocol, for the reply pass.
     pub(in crate::connection) async fn finish_read(&mut self, f: &mut ReadFetch) {
-        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx, &mut f.ticket);
+        let (got, pttl) = self.take_fetched(f.fill, f.node, f.idx);
         let proto = self.st.proto;
         // Fill connections speak RESP3 (their invalidations are pushes).
         let from = if f.fill { Proto::Resp3 } else { proto };
         f.result = Some(match got {
             Err(e) => Err(e),
             Ok(frame) if frame::error_text(&frame).is_some() => {
-                if self.topo.is_cluster() {
+                if self.followed(&frame) {
                     // A redirect (or another error): followed for the read
                     // alone, not cached; the next read fills.
                     self.shared.metrics.note_redirect(&frame);

@@ -440,13 +440,6 @@ impl Client {
     pub(in crate::connection) async fn reply_tx(&mut self, t: TxPending) {
         let mut frames = Vec::with_capacity(t.count);
         let mut failed = None;
-        if t.fill {
-            let caching = self.take_lane_frame(true, t.node, t.idx - 1);
-            if !caching.is_ok_and(|c| frame::error_text(&c).is_none()) {
-                // Not followed after all: its reads get their messages.
-                self.fill_reads.clear();
-            }
-        }
         for k in 0..t.count {
             match self.take_lane_frame(t.fill, t.node, t.idx + k as u32) {
                 Ok(f) => frames.push(f),
@@ -455,6 +448,10 @@ impl Client {
                     break;
                 }
             }
+        }
+        if t.fill && failed.is_some() {
+            // Not followed after all: its reads get their messages.
+            self.fill_reads.clear();
         }
         let mut replies = match failed {
             Some(e) => Err(e),

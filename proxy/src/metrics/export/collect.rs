@@ -151,6 +151,35 @@ fn failover_and_transactions(s: &Shared, o: &mut Out) {
         &[],
         l(&fo.masters_replaced),
     );
+    o.counter("sidecache_failover_held_requests_total", &[], l(&fo.held));
+    let mut acc = 0;
+    let buckets: Vec<(f64, u64)> = sidecache_pool::upstream::HOLD_BUCKETS_MS
+        .iter()
+        .zip(&fo.hold_buckets)
+        .map(|(&le, n)| {
+            acc += l(n);
+            (le as f64 / 1e3, acc)
+        })
+        .collect();
+    o.histogram(
+        "sidecache_failover_hold_duration_seconds",
+        &[],
+        buckets.into_iter(),
+        fo.hold_buckets.iter().map(l).sum(),
+        l(&fo.hold_us_sum) as f64 / 1e6,
+    );
+    o.counter(
+        "sidecache_failover_resent_reads_total",
+        &[],
+        l(&fo.resent_reads),
+    );
+    for kind in sidecache_pool::Absorbed::ALL {
+        o.counter(
+            "sidecache_failover_absorbed_total",
+            &[("kind", kind.label())],
+            fo.absorbed(kind),
+        );
+    }
     let tx = &s.stats.tx;
     for (outcome, c) in [
         ("executed", &tx.executed),
