@@ -475,6 +475,14 @@ impl L1 {
         cache.retain(|k, _| !drop(k.db, k.key.as_slice()));
     }
 
+    /// Discards every fill in flight and keeps every entry (a channel lost
+    /// while its entries are still served: `--l1-stale-if-error`).
+    pub fn discard_fills(&self) {
+        for e in self.epochs.iter() {
+            e.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// Drops everything (FLUSHALL, FLUSHDB, lost coherence).
     pub fn clear(&self) {
         let Some(cache) = &self.cache else { return };

@@ -243,6 +243,9 @@ pub struct Config {
     /// `--l1-commands`: the reads besides GET and MGET the L1 caches
     /// (lower-case names).
     pub l1_commands: Vec<String>,
+    /// `--l1-stale-if-error`: how long entries of a master out of reach
+    /// are still served (`None`: dropped at once).
+    pub l1_stale_if_error: Option<Duration>,
     /// How SETs are acknowledged.
     pub write_mode: WriteMode,
     /// `--write-journal`: where write-behind writes are recorded before
@@ -349,6 +352,10 @@ impl Config {
             prefix_stats,
             l1,
             l1_commands,
+            l1_stale_if_error: sections::duration(
+                "--l1-stale-if-error",
+                o.l1_stale_if_error.as_deref(),
+            )?,
             output_limit_pubsub,
             output_limit_normal,
             write_mode: o.write_mode.unwrap_or(WriteMode::WriteBehind),

@@ -417,3 +417,101 @@ async fn killed_upstream_connections_reach_no_reader() {
     assert!(info_field(&info, "failover_resent_reads") > 0, "{info}");
     proxy.stop().await;
 }
+
+/// `--l1-stale-if-error 30s`: a master killed under a read load of cached
+/// keys. Its cached keys go on being served from the L1 while it is out
+/// of reach (no error at all reaches the reader), and once the proxy
+/// follows the new master they are dropped: values written on the new
+/// master after that are read, never the old ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_if_error_serves_cached_reads_through_a_master_kill() {
+    const KEYS: usize = 300;
+    let mut cluster = Cluster::start_with(1, 2000);
+    replicas_synced(&cluster).await;
+    let proxy = Proxy::start(
+        &cluster.seed_url(),
+        &["--connect-timeout", "1", "--l1-stale-if-error", "30s"],
+    )
+    .await;
+    let addr = proxy.addr.to_string();
+    seed_reads(&addr, KEYS).await;
+    let client = redis::Client::open(format!("redis://{addr}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for _ in 0..2 {
+        for i in 0..KEYS {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(format!("r{i}"))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(v, Some(format!("v{i}")));
+        }
+    }
+    let (master, replica) = master_and_replica(&cluster);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = start_readers(&addr, KEYS, 4, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fail_over(&mut cluster, master, replica, Fault::Kill).await;
+    // Until sidecache follows the new master.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info =
+            String::from_utf8_lossy(&raw(&addr, b"INFO writebehind\r\n", 1).await).into_owned();
+        if info_field(&info, "failovers_followed") >= 1 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let more =
+                String::from_utf8_lossy(&raw(&addr, b"INFO proxy\r\n", 1).await).into_owned();
+            let l1 = String::from_utf8_lossy(&raw(&addr, b"INFO l1\r\n", 1).await).into_owned();
+            panic!("the failover was never followed: {info}{more}{l1}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let load = stop_readers(&stop, readers).await;
+    assert!(
+        load.errors.is_empty(),
+        "{} errors reached the client, e.g. {:?}",
+        load.errors.len(),
+        &load.errors[..load.errors.len().min(5)]
+    );
+    assert!(
+        load.wrong.is_empty(),
+        "wrong values: {:?}",
+        &load.wrong[..load.wrong.len().min(5)]
+    );
+    let info = String::from_utf8_lossy(&raw(&addr, b"INFO l1\r\n", 1).await).into_owned();
+    assert!(info_field(&info, "l1_stale_served") > 0, "{info}");
+    // New values, written straight to whichever live master owns each key.
+    let mut live = Vec::new();
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        if i != master {
+            live.push(n.client().get_multiplexed_async_connection().await.unwrap());
+        }
+    }
+    for i in 0..KEYS {
+        let (k, v) = (format!("r{i}"), format!("w{i}"));
+        let mut done = false;
+        for d in &mut live {
+            let r: redis::RedisResult<()> = redis::cmd("SET").arg(&k).arg(&v).query_async(d).await;
+            if r.is_ok() {
+                done = true;
+                break;
+            }
+        }
+        assert!(done, "no live master took {k}");
+    }
+    for i in 0..KEYS {
+        let v: Option<String> = redis::cmd("GET")
+            .arg(format!("r{i}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            v,
+            Some(format!("w{i}")),
+            "a stale read of r{i} after the failover"
+        );
+    }
+    proxy.stop().await;
+}

@@ -227,6 +227,23 @@ pub trait CoherenceListener: Send + Sync {
     fn reset_node(&self, node: &NodeAddr);
     /// The topology changed: drop everything.
     fn reset_all(&self);
+    /// A channel was lost (`node`; `None`: the peer channel, covering
+    /// every master): nothing it covered is followed from now on. By
+    /// default what it covered is dropped ([`CoherenceListener::reset_node`],
+    /// [`CoherenceListener::reset_all`]); the proxy may keep serving it
+    /// for a bounded time (`--l1-stale-if-error`).
+    fn lost(&self, node: Option<&NodeAddr>) {
+        match node {
+            Some(n) => self.reset_node(n),
+            None => self.reset_all(),
+        }
+    }
+    /// A lost channel is back, about to be marked up (`node`; `None`: the
+    /// peer channel): whatever [`CoherenceListener::lost`] kept must go
+    /// now, before anything is filled or served under the new channel.
+    fn resumed(&self, node: Option<&NodeAddr>) {
+        let _ = node;
+    }
 }
 
 /// Counters of the invalidation channels.
@@ -501,6 +518,13 @@ impl Channel {
 
     /// Redis acknowledged `CLIENT TRACKING` on a fresh connection.
     pub(crate) fn set_up(&self) {
+        if self.up.load(Ordering::SeqCst) {
+            return;
+        }
+        // What was kept while it was down goes before it is up.
+        if let Some(l) = self.hub.listener() {
+            l.resumed((!self.all).then_some(&self.addr));
+        }
         if !self.up.swap(true, Ordering::SeqCst) {
             self.hub.stats.channel_ups.fetch_add(1, Ordering::Relaxed);
             info!(node = %self.addr, "invalidation channel up");
@@ -527,11 +551,7 @@ impl Channel {
     pub(crate) fn set_down(&self, reason: &str) {
         if self.up.swap(false, Ordering::SeqCst) {
             if let Some(l) = self.hub.listener() {
-                if self.all {
-                    l.reset_all();
-                } else {
-                    l.reset_node(&self.addr);
-                }
+                l.lost((!self.all).then_some(&self.addr));
             }
             // Counted once the L1 is cleared: whoever sees the count sees
             // the cleared L1.

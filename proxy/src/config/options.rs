@@ -281,6 +281,15 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_L1_CACHE_NIL", value_name = "SECS")]
     pub l1_cache_nil: Option<f64>,
 
+    /// While a master is out of reach (down, failing over, partitioned),
+    /// go on serving the L1 entries of its slots that were coherent when
+    /// contact was lost, for at most this long from that moment (`30s`,
+    /// `500ms`, `2m`, or seconds); dropped the moment it or its successor
+    /// is back. Trades staleness for availability (docs/coherence.md)
+    /// [default: off].
+    #[arg(long, env = "SIDECACHE_L1_STALE_IF_ERROR", value_name = "DURATION")]
+    pub l1_stale_if_error: Option<String>,
+
     /// Reads the L1 caches besides GET and MGET (always cached while the L1
     /// is on): a comma-separated list of command names, or `all`
     /// [default: all].
@@ -482,6 +491,7 @@ impl Options {
             l1_max_value_bytes,
             l1_ttl_cap,
             l1_cache_nil,
+            l1_stale_if_error,
             l1_commands,
             tracking,
             peer_invalidation_channel,

@@ -259,6 +259,37 @@ pub(super) fn runtime(o: &Options) -> Result<(Option<SocketAddr>, Duration, usiz
     Ok((metrics_listen, upstream_wait, threads))
 }
 
+/// A duration flag: `30s`, `500ms`, `2m`, `1h`, or seconds (`1.5`); `0`
+/// and unset are off.
+pub(super) fn duration(
+    flag: &'static str,
+    v: Option<&str>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(v) = v.map(str::trim) else {
+        return Ok(None);
+    };
+    let (num, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => v.split_at(i),
+        None => (v, "s"),
+    };
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    let secs = num.trim().parse::<f64>().map(|n| n * scale);
+    match secs {
+        Ok(0.0) => Ok(None),
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(Some(Duration::from_secs_f64(s))),
+        _ => Err(err(
+            flag,
+            format!("{v:?}: expected a duration up to 24h, e.g. 30s, 500ms, 2m"),
+        )),
+    }
+}
+
 /// The L1 (`--l1-*`).
 pub(super) fn l1(o: &Options) -> Result<L1Config, ConfigError> {
     Ok(L1Config {

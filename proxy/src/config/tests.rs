@@ -429,3 +429,22 @@ fn l1_commands_option() {
     assert_eq!(e.key, "--l1-commands");
     assert!(e.message.contains("srandmember"), "{}", e.message);
 }
+
+#[test]
+fn stale_if_error_takes_durations() {
+    use std::time::Duration;
+    let d = |v: &str| super::sections::duration("--l1-stale-if-error", Some(v));
+    assert_eq!(d("30s").unwrap(), Some(Duration::from_secs(30)));
+    assert_eq!(d("500ms").unwrap(), Some(Duration::from_millis(500)));
+    assert_eq!(d("2m").unwrap(), Some(Duration::from_secs(120)));
+    assert_eq!(d("1.5").unwrap(), Some(Duration::from_millis(1500)));
+    assert_eq!(d("0").unwrap(), None);
+    assert_eq!(
+        super::sections::duration("--l1-stale-if-error", None).unwrap(),
+        None
+    );
+    for bad in ["", "s", "-1s", "10x", "25h", "nan"] {
+        let e = d(bad).expect_err(bad).to_string();
+        assert!(e.contains("--l1-stale-if-error"), "{e}");
+    }
+}

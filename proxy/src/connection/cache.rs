@@ -26,6 +26,7 @@ pub(super) mod reads;
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
 use crate::connection::flight::Role;
+use crate::server::stale::Serve;
 
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.
@@ -165,6 +166,9 @@ impl Client {
         let db = self.st.db;
         let now = self.now();
         let mut lookup = self.shared.l1.get_at(db, key, now);
+        if self.shared.stale.active() {
+            lookup = self.stale_hit(key, lookup, now);
+        }
         self.observe(db, key, &lookup);
         if let Lookup::Hit(v) = lookup {
             if !(self.st.tracking.on && self.written_hit(db, key)) {
@@ -281,6 +285,17 @@ impl Client {
             .then_some(ticket)
     }
 
+    /// A hit while a master is out of reach under `--l1-stale-if-error`
+    /// (`crate::server::stale`): served and counted inside its window, a
+    /// miss once the window's time is up.
+    #[cold]
+    fn stale_hit(&self, key: &[u8], lookup: Lookup, now: std::time::Instant) -> Lookup {
+        match lookup {
+            Lookup::Hit(_) if self.shared.stale.check(key, now) == Serve::Expired => Lookup::Miss,
+            other => other,
+        }
+    }
+
     /// MGET with the L1 on: hits from the cache, misses fetched (one GET +
     /// PTTL each, pipelined per node: one round trip), merged in order.
     pub(super) fn mget(&mut self, req: &Request) {
@@ -289,6 +304,9 @@ impl Client {
         let now = self.now();
         for key in &req.args[1..] {
             let mut lookup = self.shared.l1.get_at(db, key, now);
+            if self.shared.stale.active() {
+                lookup = self.stale_hit(key, lookup, now);
+            }
             self.observe(db, key, &lookup);
             if let Lookup::Hit(v) = lookup {
                 if !(self.st.tracking.on && self.written_hit(db, key)) {

@@ -89,6 +89,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_l1_read_misses_total", C, &[], "Lookups of reads other than GET/MGET that went upstream; also in sidecache_l1_misses_total."),
     fam("sidecache_l1_read_fills_total", C, &[], "Replies of reads other than GET/MGET cached by a fill; also in sidecache_l1_fills_total."),
     fam("sidecache_l1_written_released_total", C, &[], "Optin tracking: written values dropped from the L1 once their write reached upstream (keys not read within the TTL cap: Redis does not track a key for the client that wrote it; the next read registers it again)."),
+    fam("sidecache_l1_stale_served_total", C, &[], "L1 hits served while their master's invalidation channel was lost, within --l1-stale-if-error of the loss (0 unless it is set)."),
     fam("sidecache_l1_written_kept_total", C, &[], "Optin tracking: written values kept in the L1 once their write reached upstream, the key registered again and read back in the write's pipeline (keys read within the TTL cap)."),
     fam("sidecache_l1_entries", G, &[], "Entries held."),
     fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),

@@ -158,6 +158,8 @@ pub struct Shared {
     pub tracked: crate::pubsub::tracking::Tracked,
     /// The connection pools of ACL users clients authenticated as.
     pub users: crate::server::users::Users,
+    /// `--l1-stale-if-error`: what lost channels left served.
+    pub stale: crate::server::stale::Stale,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -176,6 +178,7 @@ impl Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
             tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
+            stale: crate::server::stale::Stale::new(config.l1_stale_if_error),
             users: crate::server::users::Users::new(
                 config.acl_max_users,
                 config.acl_user_connections,
@@ -242,6 +245,54 @@ impl Shared {
     pub fn drop_cached(&self, db: u16, key: &Bytes) {
         self.l1.invalidate(db, key);
         self.flights.forget(db, key);
+    }
+
+    /// What a channel of `node` covers: every key (standalone), its
+    /// slots (a master, or a replica's master under replica reads), or
+    /// nothing it still serves (a master that left the map: dropped when
+    /// the topology changed).
+    fn covered(&self, node: &sidecache_pool::NodeAddr) -> Covered {
+        let topo = self.upstream.topology();
+        if !topo.is_cluster() {
+            return Covered::All;
+        }
+        // A replica's channel (replica reads) covers its master's slots.
+        let Some(idx) = topo.index_of(node).or_else(|| topo.master_of_replica(node)) else {
+            // A replica that left the map may have filled values that no
+            // install dropped: everything.
+            return if self.upstream.replica_reads().is_some() {
+                Covered::All
+            } else {
+                Covered::Nothing
+            };
+        };
+        Covered::Slots(
+            (0..sidecache_pool::cluster::slot::SLOT_COUNT)
+                .map(|s| {
+                    sidecache_pool::Slot::new(s)
+                        .and_then(|s| topo.node_index(s).ok())
+                        .is_some_and(|i| i == idx)
+                })
+                .collect(),
+        )
+    }
+
+    /// Closes the stale windows of `node` (`None`: all), or window `id`,
+    /// dropping what they covered (`crate::server::stale`).
+    pub fn close_stale(&self, node: Option<&sidecache_pool::NodeAddr>, id: Option<u64>) {
+        let gone = self.stale.close(node, id);
+        if gone.is_empty() {
+            return;
+        }
+        for w in &gone {
+            self.l1.invalidate_where(|_, key| w.covers(key));
+        }
+        self.flights.forget_all();
+        self.tracked.flush();
+        tracing::info!(
+            windows = gone.len(),
+            "stale L1 entries dropped (--l1-stale-if-error)"
+        );
     }
 
     /// Drops everything cached (FLUSHALL, keys that cannot be known);
@@ -383,42 +434,72 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
         let Some(shared) = self.0.upgrade() else {
             return;
         };
-        let topo = shared.upstream.topology();
-        if !topo.is_cluster() {
-            shared.invalidate_all();
-            return;
-        }
-        // A replica's channel (replica reads) covers its master's slots.
-        let Some(idx) = topo.index_of(node).or_else(|| topo.master_of_replica(node)) else {
-            // Serves nothing now: what a master served was dropped when
-            // the topology changed. A replica that left the map may have
-            // filled values that no install dropped: everything goes.
-            if shared.upstream.replica_reads().is_some() {
-                shared.invalidate_all();
+        match shared.covered(node) {
+            Covered::All => shared.invalidate_all(),
+            Covered::Nothing => {}
+            Covered::Slots(owned) => {
+                shared.l1.invalidate_where(|_, key| slot_of(&owned, key));
+                shared.flights.forget_all();
+                // Tracking clients cannot be told which keys: everything.
+                shared.tracked.flush();
             }
+        }
+    }
+
+    /// With `--l1-stale-if-error`, a lost channel's entries stay, served
+    /// for a bounded time (`crate::server::stale`); else they go.
+    fn lost(&self, node: Option<&sidecache_pool::NodeAddr>) {
+        let Some(shared) = self.0.upgrade() else {
             return;
         };
-        let owned: Vec<bool> = (0..sidecache_pool::cluster::slot::SLOT_COUNT)
-            .map(|s| {
-                sidecache_pool::Slot::new(s)
-                    .and_then(|s| topo.node_index(s).ok())
-                    .is_some_and(|i| i == idx)
-            })
-            .collect();
-        shared.l1.invalidate_where(|_, key| {
-            owned
-                .get(usize::from(sidecache_pool::Slot::for_key(key).get()))
-                .copied()
-                .unwrap_or(true)
-        });
+        let Some(limit) = shared.stale.limit() else {
+            return node.map_or_else(|| self.reset_all(), |n| self.reset_node(n));
+        };
+        let slots = match node.map(|n| shared.covered(n)) {
+            None | Some(Covered::All) => None,
+            Some(Covered::Slots(s)) => Some(s),
+            Some(Covered::Nothing) => return,
+        };
+        // Fills in flight were registered on the lost connection.
+        shared.l1.discard_fills();
         shared.flights.forget_all();
-        // Tracking clients cannot be told which keys: everything.
         shared.tracked.flush();
+        if let Some((id, until)) = shared.stale.open(node, slots) {
+            tracing::warn!(node = ?node.map(ToString::to_string), ?limit, "invalidation channel lost; its L1 entries are served until it is back, for at most --l1-stale-if-error");
+            let weak = self.0.clone();
+            if tokio::runtime::Handle::try_current().is_ok() {
+                tokio::spawn(crate::server::stale::watch(weak, id, until));
+            }
+        }
+    }
+
+    fn resumed(&self, node: Option<&sidecache_pool::NodeAddr>) {
+        if let Some(shared) = self.0.upgrade() {
+            if shared.stale.active() {
+                shared.close_stale(node, None);
+            }
+        }
     }
 
     fn reset_all(&self) {
         if let Some(shared) = self.0.upgrade() {
+            shared.stale.close(None, None);
             shared.invalidate_all();
         }
     }
+}
+
+/// What one channel covers (`Shared::covered`).
+enum Covered {
+    All,
+    Slots(Box<[bool]>),
+    Nothing,
+}
+
+/// Whether `key`'s slot is one of `slots`.
+fn slot_of(slots: &[bool], key: &[u8]) -> bool {
+    slots
+        .get(usize::from(sidecache_pool::Slot::for_key(key).get()))
+        .copied()
+        .unwrap_or(true)
 }

@@ -96,6 +96,18 @@ fn header(view: &View) -> Paragraph<'static> {
                 f.hits,
                 f.misses
             )),
+            // Hits served while a master was out of reach
+            // (--l1-stale-if-error), since start.
+            Span::styled(
+                if f.stale_served > 0 {
+                    format!(" · {} stale hits", f.stale_served)
+                } else {
+                    String::new()
+                },
+                Style::default()
+                    .fg(Color::Yellow)
+                    .add_modifier(Modifier::BOLD),
+            ),
         ]));
     }
     Paragraph::new(lines).block(Block::bordered().title(" sidecache top "))

@@ -257,3 +257,27 @@ fn quit_keys() {
     assert!(quits(KeyCode::Char('c'), KeyModifiers::CONTROL));
     assert!(!quits(KeyCode::Char('c'), KeyModifiers::NONE));
 }
+
+#[test]
+fn stale_hits_show_when_served() {
+    let t0 = Instant::now();
+    let a = sample(t0, &page(900, 100, 10, 150, 1), &[]);
+    let text = format!(
+        "{}sidecache_l1_stale_served_total 42\n",
+        page(1_850, 150, 20, 200, 0)
+    );
+    let b = sample(t0 + Duration::from_secs(1), &text, &[]);
+    let mut v = View::connecting("127.0.0.1:9121", 1.0);
+    v.update(Some(&a), &b);
+    assert_eq!(v.figures.as_ref().map(|f| f.stale_served), Some(42));
+    let s = draw(&v, 120, 40);
+    assert!(
+        line(&s, "hit ratio").contains("(hits 1850, misses 150) · 42 stale hits"),
+        "{}",
+        s.join("\n")
+    );
+    // None served: no line.
+    let mut v = View::connecting("127.0.0.1:9121", 1.0);
+    v.update(Some(&a), &a);
+    assert!(!draw(&v, 120, 40).iter().any(|l| l.contains("stale hits")));
+}

@@ -56,6 +56,9 @@ pub struct Figures {
     pub hit_ratio: Option<f64>,
     /// Hits over lookups in the window.
     pub hit_ratio_now: Option<f64>,
+    /// Hits served while their master was out of reach
+    /// (`--l1-stale-if-error`), since start.
+    pub stale_served: u64,
     /// Per-second rates, in display order.
     pub rates: Vec<Rate>,
     /// The write-behind queue.
@@ -277,6 +280,7 @@ fn figures(prev: Option<&Sample>, cur: &Sample) -> Figures {
         misses: misses as u64,
         hit_ratio: ratio(hits, misses),
         hit_ratio_now,
+        stale_served: g("sidecache_l1_stale_served_total") as u64,
         rates: RATES
             .iter()
             .map(|(label, spec, from)| Rate {

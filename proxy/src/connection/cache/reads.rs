@@ -83,10 +83,16 @@ impl Client {
         let key = &req.args[1];
         let db = self.st.db;
         let now = self.now();
-        let lookup = self
-            .shared
-            .l1
-            .read_at(db, key, |sig| reads::matches(sig, id, &req.args), now);
+        let mut lookup =
+            self.shared
+                .l1
+                .read_at(db, key, |sig| reads::matches(sig, id, &req.args), now);
+        if self.shared.stale.active()
+            && matches!(lookup, ReadLookup::Hit(..))
+            && self.shared.stale.check(key, now) == crate::server::stale::Serve::Expired
+        {
+            lookup = ReadLookup::Miss;
+        }
         let hit = match &lookup {
             ReadLookup::Hit(reply, _) => Some(reply.len()),
             _ => None,

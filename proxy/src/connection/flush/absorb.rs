@@ -70,7 +70,7 @@ impl Client {
                         Absorbed::ConnectionLost
                     }
                     _ => {
-                        tracing::debug!(error = %e, fill, payload = %String::from_utf8_lossy(payload), "absorb: not absorbed");
+                        tracing::debug!(error = %e, fill, "absorb: not sent again (it may write, or the error is not one to wait out)");
                         continue;
                     }
                 };

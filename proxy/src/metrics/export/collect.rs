@@ -101,6 +101,11 @@ fn l1(s: &Shared, o: &mut Out) {
     o.counter("sidecache_l1_read_fills_total", &[], st.read_fills);
     o.counter("sidecache_l1_written_released_total", &[], st.released);
     o.counter("sidecache_l1_written_kept_total", &[], st.refills);
+    o.counter(
+        "sidecache_l1_stale_served_total",
+        &[],
+        s.stale.served.load(std::sync::atomic::Ordering::Relaxed),
+    );
     o.gauge("sidecache_l1_entries", &[], st.entries as f64);
     o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
     o.gauge(
