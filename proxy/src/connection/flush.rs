@@ -45,7 +45,14 @@ impl Client {
         let deadline = self.batch_deadline();
         self.submit(deadline).await;
         self.receive().await;
-        self.absorb(deadline).await;
+        if self
+            .builders
+            .iter()
+            .chain(&self.fills)
+            .any(|b| matches!(b.result, Some(Err(_))))
+        {
+            self.absorb(deadline).await;
+        }
         self.note_failures();
         let mut pending = std::mem::take(&mut self.pending);
         self.publish(&mut pending).await;
