@@ -551,19 +551,30 @@ fn unreachable_upstream_fails_fast_with_one_line() {
 #[tokio::test]
 async fn upstream_restart_gives_errors_then_recovers() {
     let mut redis = RedisServer::start(&[]);
-    let proxy = Proxy::start(&redis.url(), &["--connect-timeout", "1"]).await;
+    let proxy = Proxy::start(
+        &redis.url(),
+        &["--connect-timeout", "1", "--upstream-timeout", "1"],
+    )
+    .await;
     let mut s = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(raw_on(&mut s, b"SET k v\r\n", 1).await, b"+OK\r\n");
     eventually_raw(&redis.addr(), b"GET k\r\n", 1, "$1\r\nv\r\n").await;
     redis.kill();
-    // While upstream is down: a clear error for what must go upstream, not
-    // a hang, and the client connection stays usable. (The L1 holds
-    // nothing of it: its invalidation channel is lost, and under optin the
-    // written value left the L1 once it landed.)
+    // While upstream is down: what must go upstream is held for the node
+    // to come back, and gets a clear error at --upstream-timeout, not a
+    // hang; the client connection stays usable. (The L1 holds nothing of
+    // it: its invalidation channel is lost, and under optin the written
+    // value left the L1 once it landed.)
+    let t0 = std::time::Instant::now();
     let out = raw_on(&mut s, b"GET other\r\nPING\r\nGET k\r\n", 3).await;
+    let held = t0.elapsed();
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("-ERR upstream"), "{text}");
     assert!(text.contains("\r\n+PONG\r\n-ERR upstream"), "{text}");
+    assert!(
+        held >= std::time::Duration::from_millis(800) && held < std::time::Duration::from_secs(5),
+        "answered after {held:?}"
+    );
     // A write acknowledged while upstream is down is flushed once it is back.
     assert_eq!(raw_on(&mut s, b"SET k again\r\n", 1).await, b"+OK\r\n");
     redis.restart();
