@@ -70,7 +70,6 @@ impl ServerInfo {
 }
 
 pub use crate::dispatch::Target;
-pub(crate) use absorb::answers_any_error;
 pub use absorb::{Absorbed, FailoverStats, Hold, HOLD_BUCKETS_MS};
 
 mod absorb;

@@ -328,6 +328,13 @@ pub(crate) fn runs_code(name: Option<&[u8]>) -> bool {
     name.is_some_and(|n| RUN_CODE.iter().any(|c| n.eq_ignore_ascii_case(c)))
 }
 
+/// Whether a command (its name) may answer an error of the caller's own
+/// making, whatever its text: a script or a function (after writes, maybe)
+/// and `DEBUG` (`DEBUG ERROR`). Such a reply says nothing of the node.
+pub(crate) fn answers_any_error(name: Option<&[u8]>) -> bool {
+    runs_code(name) || name.is_some_and(|n| n.eq_ignore_ascii_case(b"debug"))
+}
+
 /// Commands that run code.
 const RUN_CODE: [&[u8]; 6] = [
     b"eval",

@@ -94,10 +94,19 @@ pub struct Health {
     readonly_reconnects: bool,
 }
 
-/// Whether a reply tells of the node's state: a trouble reply (`BUSY`,
-/// `LOADING`, `MASTERDOWN`) or `READONLY`.
-pub(crate) fn tells_state(frame: &[u8]) -> bool {
-    trouble_of(frame).is_some() || frame.starts_with(b"-READONLY")
+/// Whether `frame`, the reply to command `idx` of the pipeline `sent`,
+/// may change what sidecache thinks of the node (its health, a standalone
+/// node's demotion): any reply but one that looks like the node's state
+/// (`BUSY`, `LOADING`, `MASTERDOWN`, `READONLY`) and answers a script, a
+/// function or `DEBUG`, whose error text may be the code's or the
+/// caller's own (`return redis.error_reply('READONLY …')`, `DEBUG ERROR`).
+/// Only such replies pay for finding their command.
+pub(crate) fn node_state(frame: &[u8], sent: &[u8], idx: usize) -> bool {
+    if trouble_of(frame).is_none() && !frame.starts_with(b"-READONLY") {
+        return true;
+    }
+    let name = sidecache_resp::request::command_name(sent, idx);
+    !crate::coherence::tracking::answers_any_error(name)
 }
 
 /// What a trouble reply says, from its first bytes.

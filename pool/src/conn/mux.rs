@@ -127,21 +127,6 @@ impl Sink {
     }
 }
 
-/// Whether `frame`, the next reply of `cur`, may change what sidecache
-/// thinks of the node (its health, a standalone node's demotion): any
-/// reply but one that looks like the node's state (`BUSY`, `LOADING`,
-/// `MASTERDOWN`, `READONLY`) and answers a script, a function or `DEBUG`,
-/// whose error text may be the code's or the caller's own (`return
-/// redis.error_reply('READONLY …')`, `DEBUG ERROR`). Only such replies
-/// pay for finding their command.
-fn own_state(frame: &[u8], cur: &Inflight) -> bool {
-    if !crate::conn::health::tells_state(frame) {
-        return true;
-    }
-    let name = sidecache_resp::request::command_name(&cur.sent, cur.frames.len());
-    !crate::upstream::answers_any_error(name)
-}
-
 struct Inflight {
     count: usize,
     frames: Replies,
@@ -575,7 +560,7 @@ async fn read_loop(
                             Err(_) => break 'outer lost("reply without a request".into()),
                         },
                     };
-                    if own_state(&frame, &cur) {
+                    if crate::conn::health::node_state(&frame, &cur.sent, cur.frames.len()) {
                         if let Some(h) = &watch.health {
                             h.observe(&frame);
                         }

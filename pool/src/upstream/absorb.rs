@@ -165,13 +165,7 @@ impl Upstream {
     }
 }
 
-/// Whether a command (its name) may answer an error of the caller's own
-/// making, whatever its text: a script or a function (after writes, maybe)
-/// and `DEBUG` (`DEBUG ERROR`). Such a reply says nothing of the node.
-pub(crate) fn answers_any_error(name: Option<&[u8]>) -> bool {
-    crate::coherence::tracking::runs_code(name)
-        || name.is_some_and(|n| n.eq_ignore_ascii_case(b"debug"))
-}
+pub(crate) use crate::coherence::tracking::answers_any_error;
 
 #[cfg(test)]
 mod tests {

@@ -158,30 +158,7 @@ impl Stale {
 
 /// How often the slot map is read again while a window is open: served
 /// hits ask for nothing, and a failover's successor must end the window.
-const REFRESH_EVERY: Duration = Duration::from_millis(200);
-
-/// Watches window `id` until it closes: asks for a slot-map refresh every
-/// [`REFRESH_EVERY`] (the install of a new master drops the window), and
-/// closes it at `until`, dropping what it covered.
-pub async fn watch(shared: std::sync::Weak<super::state::Shared>, id: u64, until: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= until {
-            break;
-        }
-        tokio::time::sleep(REFRESH_EVERY.min(until - now)).await;
-        let Some(s) = shared.upgrade() else {
-            return;
-        };
-        if !s.stale.is_open(id) {
-            return;
-        }
-        s.upstream.request_refresh();
-    }
-    if let Some(s) = shared.upgrade() {
-        s.close_stale(None, Some(id));
-    }
-}
+pub const REFRESH_EVERY: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {

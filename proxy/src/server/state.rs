@@ -468,7 +468,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             tracing::warn!(node = ?node.map(ToString::to_string), ?limit, "invalidation channel lost; its L1 entries are served until it is back, for at most --l1-stale-if-error");
             let weak = self.0.clone();
             if tokio::runtime::Handle::try_current().is_ok() {
-                tokio::spawn(crate::server::stale::watch(weak, id, until));
+                tokio::spawn(watch_stale(weak, id, until));
             }
         }
     }
@@ -502,4 +502,28 @@ fn slot_of(slots: &[bool], key: &[u8]) -> bool {
         .get(usize::from(sidecache_pool::Slot::for_key(key).get()))
         .copied()
         .unwrap_or(true)
+}
+
+/// Watches stale window `id` until it closes: asks for a slot-map refresh
+/// every [`crate::server::stale::REFRESH_EVERY`] (the install of a new
+/// master drops the window), and closes it at `until`, dropping what it
+/// covered.
+async fn watch_stale(shared: std::sync::Weak<Shared>, id: u64, until: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        tokio::time::sleep(crate::server::stale::REFRESH_EVERY.min(until - now)).await;
+        let Some(s) = shared.upgrade() else {
+            return;
+        };
+        if !s.stale.is_open(id) {
+            return;
+        }
+        s.upstream.request_refresh();
+    }
+    if let Some(s) = shared.upgrade() {
+        s.close_stale(None, Some(id));
+    }
 }
