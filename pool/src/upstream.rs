@@ -531,7 +531,7 @@ impl Upstream {
         cmd: &Bytes,
         reply: Bytes,
     ) -> Result<Bytes> {
-        self.follow_via(Via::Shared { hint }, session, slot, cmd, reply)
+        self.follow_via(Via::Shared { hint }, session, slot, cmd, reply, None)
             .await
     }
 
@@ -539,8 +539,9 @@ impl Upstream {
     /// own, for its clients). A passing error (`CLUSTERDOWN`, `TRYAGAIN`,
     /// `LOADING`; standalone: `LOADING`) is waited out and the command sent
     /// again to its slot's node, as a cluster client does, for at most
-    /// `--upstream-timeout` ([`Upstream::hold`]); never a script's or
-    /// function's, whose error may be its own and whose writes may have run.
+    /// `deadline` (`None`: `--upstream-timeout` from the first wait;
+    /// [`Upstream::hold`]); never a script's or function's, whose error
+    /// may be its own and whose writes may have run.
     ///
     /// # Errors
     /// Connection errors on the redirected node; a full user pool.
@@ -551,6 +552,7 @@ impl Upstream {
         slot: Option<Slot>,
         cmd: &Bytes,
         mut reply: Bytes,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Bytes> {
         let cluster = self.inner.info.cluster;
         let mut attempt = 0;
@@ -579,8 +581,9 @@ impl Upstream {
                             cmd, 0,
                         )) =>
                 {
-                    if !self.hold(&mut hold, kind.into(), None).await {
+                    if !self.hold(&mut hold, kind.into(), deadline).await {
                         self.held(hold);
+                        self.note_reply(&reply);
                         return Ok(reply);
                     }
                     let topo = self.topology();

@@ -245,6 +245,9 @@ pub struct Client {
     /// Whether this batch sent a command that may write on the client's
     /// connections: later fills of its nodes must not overtake it.
     forwarded_write: bool,
+    /// The batch being resolved: when its forwarded commands get their
+    /// error (`--upstream-timeout` from its start; `Client::flush`).
+    deadline: Option<tokio::time::Instant>,
     /// Batches answered so far: a command whose dispatch had to answer
     /// the batch before it (a flush) finds its own entries from index 0.
     pub(super) answered: u64,
@@ -388,6 +391,7 @@ impl Client {
             optin,
             replica_reads: shared.upstream.replica_reads().is_some(),
             forwarded_write: false,
+            deadline: None,
             answered: 0,
             shared,
             st,

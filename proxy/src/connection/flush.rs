@@ -43,6 +43,7 @@ impl Client {
         // A forwarded command gets a clear error after --upstream-timeout,
         // never a hang behind a stalled upstream.
         let deadline = self.batch_deadline();
+        self.deadline = deadline;
         self.submit(deadline).await;
         self.receive().await;
         if self
@@ -497,7 +498,14 @@ impl Client {
                 match self
                     .shared
                     .upstream
-                    .follow_via(self.via(), self.session(), f.slot, &cmd.freeze(), frame)
+                    .follow_via(
+                        self.via(),
+                        self.session(),
+                        f.slot,
+                        &cmd.freeze(),
+                        frame,
+                        self.deadline,
+                    )
                     .await
                 {
                     Ok(frame) => fetched(&frame),
@@ -592,7 +600,7 @@ impl Client {
         self.shared.metrics.note_redirect(&frame);
         self.shared
             .upstream
-            .follow_via(self.via(), self.session(), slot, cmd, frame)
+            .follow_via(self.via(), self.session(), slot, cmd, frame, self.deadline)
             .await
     }
 }

@@ -236,7 +236,14 @@ impl Client {
                 self.shared.metrics.note_redirect(&f);
                 self.shared
                     .upstream
-                    .follow_via(self.via(), self.session(), sf.slot, &sf.cmd, f)
+                    .follow_via(
+                        self.via(),
+                        self.session(),
+                        sf.slot,
+                        &sf.cmd,
+                        f,
+                        self.deadline,
+                    )
                     .await
                     .map(|f| (f, self.st.proto))
             }

@@ -169,7 +169,14 @@ impl Client {
                     self.shared.metrics.note_redirect(&frame);
                     self.shared
                         .upstream
-                        .follow_via(self.via(), self.session(), f.slot, &f.cmd, frame)
+                        .follow_via(
+                            self.via(),
+                            self.session(),
+                            f.slot,
+                            &f.cmd,
+                            frame,
+                            self.deadline,
+                        )
                         .await
                 } else {
                     Ok(frame)
