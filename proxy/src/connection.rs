@@ -340,7 +340,12 @@ enum Flow {
 }
 
 impl Client {
-    fn new(shared: Arc<Shared>, addr: String, laddr: String) -> Client {
+    fn new(
+        shared: Arc<Shared>,
+        addr: String,
+        laddr: String,
+        kill: tokio_util::sync::CancellationToken,
+    ) -> Client {
         let id = shared.next_client_id();
         let entry = ClientEntry {
             addr,
@@ -354,6 +359,7 @@ impl Client {
             subs: [0; 3],
             user: None,
             active: Default::default(),
+            kill,
         };
         let st = ClientState {
             id,

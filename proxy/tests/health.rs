@@ -5,7 +5,9 @@
 //! connection, `--pool-size 1`), as does FUNCTION STATS; afterwards PING
 //! is `+PONG` again.
 //! Redis's own test "Timedout read-only scripts can be killed by SCRIPT
-//! KILL", through the proxy.
+//! KILL", through the proxy. A restarted node's `-LOADING` is waited out;
+//! a script's or DEBUG ERROR's reply that reads like the node's state
+//! changes nothing.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -240,5 +242,60 @@ async fn a_clients_scripted_error_changes_nothing() {
     assert_eq!(call(&addr, &["PING"]).await, "+PONG\r\n");
     let (status, body) = http_get(&proxy.http.to_string(), "/readyz").await;
     assert_eq!(status, 200, "{body}");
+    proxy.stop().await;
+}
+
+/// A restarted Redis answers `-LOADING` while it loads its data: reads
+/// through sidecache wait it out (held, then sent again), as a cluster
+/// client would, instead of passing the error on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_after_a_restart_is_waited_out() {
+    const KEYS: usize = 5000;
+    // 5000 keys at 300 µs each: about 1.5 s of loading, during which
+    // Redis answers (-LOADING) every KiB it loads.
+    let mut redis = RedisServer::start(&[
+        "--key-load-delay",
+        "300",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    let mut direct = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut p = redis::pipe();
+    for i in 0..KEYS {
+        p.cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(format!("v{i}"))
+            .ignore();
+    }
+    let () = p.query_async(&mut direct).await.unwrap();
+    assert_eq!(support::cli(redis.port, &["save"]), "OK");
+    let proxy = support::Proxy::start(&redis.url(), &["--connect-timeout", "1"]).await;
+    let mut c = proxy.conn().await;
+    let v: String = redis::cmd("GET")
+        .arg("k0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(v, "v0");
+    redis.restart();
+    let info = support::cli(redis.port, &["info", "persistence"]);
+    assert!(info.contains("loading:1"), "Redis was not loading: {info}");
+    for i in 1..50 {
+        let v: redis::RedisResult<String> = redis::cmd("GET")
+            .arg(format!("k{i}"))
+            .query_async(&mut c)
+            .await;
+        assert_eq!(v.as_deref().ok(), Some(format!("v{i}").as_str()), "{v:?}");
+    }
+    let info = String::from_utf8_lossy(&raw(&proxy.addr.to_string(), b"INFO proxy\r\n", 1).await)
+        .into_owned();
+    assert!(
+        support::info_field(&info, "failover_absorbed") > 0,
+        "{info}"
+    );
     proxy.stop().await;
 }

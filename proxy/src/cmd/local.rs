@@ -11,6 +11,7 @@ use sidecache_resp::int::parse_i64;
 use crate::server::state::{ClientEntry, Shared};
 use crate::server::users::{self, Login};
 
+mod kill;
 pub mod name;
 mod sidecache;
 pub mod tracking;
@@ -109,6 +110,9 @@ pub fn run(
         Local::Select => select(args, st, shared, &mut r),
         Local::Auth => auth(args, st, shared, &mut r, verified),
         Local::Hello => hello(args, st, shared, out, verified),
+        Local::Client if args.get(1).is_some_and(|s| s.eq_ignore_ascii_case(b"kill")) => {
+            return kill::kill(args, st, shared, &mut r);
+        }
         Local::Client => client(args, st, shared, &mut r),
         Local::Reset => {
             st.db = 0;
@@ -516,7 +520,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             tracking::trackinginfo(&st.tracking, gone, r);
         }
         b"getredir" | b"trackinginfo" => wrong(r),
-        b"kill" | b"pause" | b"unpause" | b"unblock" => r.error(&format!(
+        b"pause" | b"unpause" | b"unblock" => r.error(&format!(
             "ERR CLIENT {} is not supported by sidecache",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
         )),

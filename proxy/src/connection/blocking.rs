@@ -151,6 +151,7 @@ impl Client {
             // Counted once it can be unblocked (CLIENT UNBLOCK finds it).
             let blocked = &self.shared.stats.blocking.blocked;
             blocked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let kill = self.st.entry.kill.clone();
             let outcome = {
                 // The replies after CLIENT ID's, the command's last.
                 let call = conn.call(&[], count, None);
@@ -158,6 +159,8 @@ impl Client {
                 loop {
                     tokio::select! {
                         r = &mut call => break Some(r),
+                        // CLIENT KILL, or shutdown: as if the client left.
+                        () = kill.cancelled() => break None,
                         r = stream.read_buf(rbuf) => match r {
                             Ok(0) | Err(_) => break None,
                             Ok(_) if rbuf.len() > query_limit => break None,

@@ -34,7 +34,9 @@ pub async fn serve<S>(
         inline_quotes: inline_quotes(shared.upstream.server_info()),
     };
     let query_limit = shared.config.client_query_buffer_limit as usize;
-    let mut client = Client::new(Arc::clone(&shared), addr, laddr);
+    // Cancelled by shutdown, or by CLIENT KILL.
+    let kill = shutdown.child_token();
+    let mut client = Client::new(Arc::clone(&shared), addr, laddr, kill.clone());
     let mut parser = Parser::new(limits);
     parser.unauthenticated = !client.st.authenticated;
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
@@ -178,7 +180,7 @@ pub async fn serve<S>(
         rbuf.reserve(want.clamp(least, 1024 * 1024));
         tokio::select! {
             biased;
-            _ = shutdown.cancelled() => break,
+            _ = kill.cancelled() => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {

@@ -87,6 +87,9 @@ pub struct ClientEntry {
     /// `idle`); shared by the entry's clones, so the registry's copy sees
     /// the connection's updates.
     pub active: Arc<AtomicU64>,
+    /// Cancelled to close the connection (CLIENT KILL; shutdown cancels
+    /// every client's).
+    pub kill: tokio_util::sync::CancellationToken,
 }
 
 impl ClientEntry {

@@ -1,0 +1,149 @@
+//! Operators' commands over sidecache's own clients, beside a real Redis
+//! for the replies: CLIENT KILL in each form.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{enc, info_field, raw, raw_on, Proxy, RedisServer};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+async fn call(s: &mut TcpStream, line: &str) -> String {
+    String::from_utf8_lossy(&raw_on(s, enc(line).as_bytes(), 1).await).into_owned()
+}
+
+/// Whether the server closed `s` (within 5 s).
+async fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// A client's `id=` and `addr=` from CLIENT INFO.
+async fn me(s: &mut TcpStream) -> (u64, String) {
+    let info = call(s, "CLIENT INFO").await;
+    let field = |k: &str| {
+        info.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap()
+            .to_owned()
+    };
+    (field("id=").parse().unwrap(), field("addr="))
+}
+
+/// Redis's replies to CLIENT KILL's bad forms, through sidecache as from
+/// Redis itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_errors_are_redis_own() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut direct = TcpStream::connect(redis.addr()).await.unwrap();
+    let mut through = TcpStream::connect(proxy.addr).await.unwrap();
+    for line in [
+        "CLIENT KILL",
+        "CLIENT KILL ID",
+        "CLIENT KILL ID 0",
+        "CLIENT KILL ID x",
+        "CLIENT KILL ID 999999",
+        "CLIENT KILL TYPE foo",
+        "CLIENT KILL TYPE master",
+        "CLIENT KILL TYPE replica",
+        "CLIENT KILL USER nobody-here",
+        "CLIENT KILL SKIPME maybe",
+        "CLIENT KILL FOO bar",
+        "CLIENT KILL ADDR 1.2.3.4:5",
+        "CLIENT KILL 1.2.3.4:5",
+        "CLIENT KILL a b c",
+        "CLIENT KILL ID 99998 99999",
+        "CLIENT KILL ID 99999 x",
+        "CLIENT KILL MAXAGE 10",
+        "CLIENT KILL MAXAGE x",
+        "CLIENT KILL MAXAGE -1",
+        "CLIENT KILL ID 99999 SKIPME no",
+    ] {
+        assert_eq!(
+            call(&mut through, line).await,
+            call(&mut direct, line).await,
+            "{line}"
+        );
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_closes_the_clients_it_names() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let addr = proxy.addr.to_string();
+    let mut op = TcpStream::connect(&addr).await.unwrap();
+    // By id.
+    let mut a = TcpStream::connect(&addr).await.unwrap();
+    let (id, _) = me(&mut a).await;
+    assert_eq!(
+        call(&mut op, &format!("CLIENT KILL ID {id}")).await,
+        ":1\r\n"
+    );
+    assert!(closed(&mut a).await, "killed by id");
+    // The old form, by address.
+    let mut b = TcpStream::connect(&addr).await.unwrap();
+    let (_, baddr) = me(&mut b).await;
+    assert_eq!(
+        call(&mut op, &format!("CLIENT KILL {baddr}")).await,
+        "+OK\r\n"
+    );
+    assert!(closed(&mut b).await, "killed by address");
+    assert_eq!(
+        call(&mut op, &format!("CLIENT KILL {baddr}")).await,
+        "-ERR No such client\r\n"
+    );
+    // TYPE pubsub: the subscriber sees its connection close; TYPE normal
+    // leaves it, and the caller (SKIPME yes by default).
+    let mut sub = TcpStream::connect(&addr).await.unwrap();
+    let confirm =
+        String::from_utf8_lossy(&raw_on(&mut sub, enc("SUBSCRIBE news").as_bytes(), 1).await)
+            .into_owned();
+    assert!(confirm.contains("subscribe"), "{confirm}");
+    let mut plain = TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(call(&mut plain, "PING").await, "+PONG\r\n");
+    assert_eq!(call(&mut op, "CLIENT KILL TYPE normal").await, ":1\r\n");
+    assert!(closed(&mut plain).await, "the normal client");
+    assert_eq!(call(&mut op, "CLIENT KILL TYPE pubsub").await, ":1\r\n");
+    assert!(closed(&mut sub).await, "the subscriber");
+    // A blocked client: closed, and its command unblocked upstream.
+    let mut blocked = TcpStream::connect(&addr).await.unwrap();
+    let (bid, _) = me(&mut blocked).await;
+    tokio::io::AsyncWriteExt::write_all(&mut blocked, enc("BLPOP nothing 0").as_bytes())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let upstream_blocked = || async {
+        let info =
+            String::from_utf8_lossy(&raw(&redis.addr(), b"INFO clients\r\n", 1).await).into_owned();
+        info_field(&info, "blocked_clients")
+    };
+    while upstream_blocked().await != 1 {
+        assert!(Instant::now() < deadline, "never blocked upstream");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        call(&mut op, &format!("CLIENT KILL ID {bid}")).await,
+        ":1\r\n"
+    );
+    assert!(closed(&mut blocked).await, "the blocked client");
+    while upstream_blocked().await != 0 {
+        assert!(Instant::now() < deadline, "still blocked upstream");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Itself, with SKIPME no: the reply, then the close.
+    let (opid, _) = me(&mut op).await;
+    assert_eq!(
+        call(&mut op, &format!("CLIENT KILL ID {opid} SKIPME no")).await,
+        ":1\r\n"
+    );
+    assert!(closed(&mut op).await, "itself");
+    proxy.stop().await;
+}
