@@ -147,3 +147,75 @@ async fn client_kill_closes_the_clients_it_names() {
     assert!(closed(&mut op).await, "itself");
     proxy.stop().await;
 }
+
+/// CLIENT PAUSE's and UNPAUSE's bad forms: Redis's own replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause_errors_are_redis_own() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut direct = TcpStream::connect(redis.addr()).await.unwrap();
+    let mut through = TcpStream::connect(proxy.addr).await.unwrap();
+    for line in [
+        "CLIENT PAUSE",
+        "CLIENT PAUSE x",
+        "CLIENT PAUSE -1",
+        "CLIENT PAUSE 10 foo",
+        "CLIENT UNPAUSE x",
+        "CLIENT UNPAUSE",
+    ] {
+        assert_eq!(
+            call(&mut through, line).await,
+            call(&mut direct, line).await,
+            "{line}"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// CLIENT PAUSE WRITE holds writes (a write-behind SET's acknowledgement
+/// too) and lets reads through, until UNPAUSE; ALL holds every command
+/// until the timeout. The pause is sidecache's: Redis itself is not paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause_holds_what_redis_would() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let addr = proxy.addr.to_string();
+    let mut op = TcpStream::connect(&addr).await.unwrap();
+    let mut c = TcpStream::connect(&addr).await.unwrap();
+    assert_eq!(call(&mut c, "SET k v").await, "+OK\r\n");
+    assert_eq!(call(&mut op, "CLIENT PAUSE 100000 WRITE").await, "+OK\r\n");
+    assert_eq!(call(&mut c, "GET k").await, "$1\r\nv\r\n");
+    assert_eq!(call(&mut c, "STRLEN k").await, ":1\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut c, enc("SET k w").as_bytes())
+        .await
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), c.read(&mut b))
+            .await
+            .is_err(),
+        "a write answered during CLIENT PAUSE WRITE"
+    );
+    // Redis itself takes writes meanwhile.
+    assert_eq!(
+        String::from_utf8_lossy(&raw(&redis.addr(), enc("SET other 1").as_bytes(), 1).await),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut op, "CLIENT UNPAUSE").await, "+OK\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&raw_on(&mut c, b"", 1).await),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut c, "GET k").await, "$1\r\nw\r\n");
+    // ALL: even PING waits for the timeout.
+    assert_eq!(call(&mut op, "CLIENT PAUSE 400 ALL").await, "+OK\r\n");
+    let t0 = Instant::now();
+    assert_eq!(call(&mut c, "PING").await, "+PONG\r\n");
+    let held = t0.elapsed();
+    assert!(
+        held >= Duration::from_millis(300),
+        "PING answered after {held:?}"
+    );
+    assert_eq!(call(&mut c, "GET k").await, "$1\r\nw\r\n");
+    proxy.stop().await;
+}

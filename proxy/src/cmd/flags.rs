@@ -14,6 +14,9 @@ pub struct Flags {
     pub movablekeys: bool,
     /// Pub/sub command.
     pub pubsub: bool,
+    /// May be replicated though not flagged `write` (`EVAL`, `PUBLISH`,
+    /// …): paused by `CLIENT PAUSE WRITE`.
+    pub may_replicate: bool,
     /// Not shown to MONITOR (`admin`; `skip_monitor` marks the scripts,
     /// which Redis shows before they run rather than after).
     pub no_monitor: bool,

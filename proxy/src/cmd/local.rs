@@ -520,7 +520,37 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             tracking::trackinginfo(&st.tracking, gone, r);
         }
         b"getredir" | b"trackinginfo" => wrong(r),
-        b"pause" | b"unpause" | b"unblock" => r.error(&format!(
+        // CLIENT PAUSE timeout [WRITE|ALL] over sidecache's own clients
+        // (`crate::server::pause`).
+        b"pause" if argc == 3 || argc == 4 => {
+            let all = match args.get(3).map(|m| m.to_ascii_lowercase()) {
+                None => true,
+                Some(m) if m == b"all" => true,
+                Some(m) if m == b"write" => false,
+                Some(_) => return r.error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+            };
+            match parse_i64(&args[2]) {
+                Some(ms) if ms >= 0 => {
+                    shared
+                        .pause
+                        .pause(std::time::Duration::from_millis(ms as u64), all);
+                    r.ok();
+                }
+                Some(_) => r.error("ERR timeout is negative"),
+                None => r.error("ERR timeout is not an integer or out of range"),
+            }
+        }
+        b"pause" if argc == 2 => wrong(r),
+        b"unpause" if argc == 2 => {
+            shared.pause.unpause();
+            r.ok();
+        }
+        b"unpause" => wrong(r),
+        b"pause" => r.error(&format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+        b"unblock" => r.error(&format!(
             "ERR CLIENT {} is not supported by sidecache",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
         )),

@@ -488,6 +488,7 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
             Some(b"movablekeys") => flags.movablekeys = true,
             Some(b"pubsub") => flags.pubsub = true,
             Some(b"admin") => flags.no_monitor = true,
+            Some(b"may_replicate") => flags.may_replicate = true,
             _ => {}
         }
     }

@@ -13,6 +13,20 @@ use crate::cmd::local::{self, Local, Outcome};
 use crate::cmd::table::CommandInfo;
 
 impl Client {
+    /// Whether a request may change data, as `CLIENT PAUSE WRITE` tells
+    /// (`crate::server::pause`): `write` or `may_replicate` in the
+    /// upstream's table, and `EXEC`. Asked only while a pause is on.
+    pub(super) fn writes(&self, req: &Request) -> bool {
+        req.args
+            .first()
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"exec"))
+            || self
+                .shared
+                .table
+                .lookup(&req.args)
+                .is_some_and(|i| i.flags.write || i.flags.may_replicate)
+    }
+
     /// Dispatches a command the proxy answers itself (`cmd`), or, for PING
     /// while a node is not known healthy, hands to upstream.
     pub(super) async fn dispatch_local(&mut self, cmd: Local, args: &[Bytes]) -> Flow {

@@ -55,6 +55,18 @@ pub async fn serve<S>(
                     if client.st.tracking.on {
                         client.track_read(&req);
                     }
+                    if shared.pause.on() {
+                        let writes = client.writes(&req);
+                        if shared.pause.holds(writes).is_some() {
+                            // CLIENT PAUSE holds it: what came before is
+                            // answered first, then it waits.
+                            client.flush().await;
+                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                                break 'conn;
+                            }
+                            shared.pause.wait(writes).await;
+                        }
+                    }
                     let flow = if client.session_active() {
                         client.dispatch_in_session(&req).await
                     } else if client.subs.is_some() {

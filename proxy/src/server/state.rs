@@ -163,6 +163,8 @@ pub struct Shared {
     pub users: crate::server::users::Users,
     /// `--l1-stale-if-error`: what lost channels left served.
     pub stale: crate::server::stale::Stale,
+    /// CLIENT PAUSE.
+    pub pause: crate::server::pause::Pause,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -182,6 +184,7 @@ impl Shared {
             flights: Flights::default(),
             tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
             stale: crate::server::stale::Stale::new(config.l1_stale_if_error),
+            pause: crate::server::pause::Pause::default(),
             users: crate::server::users::Users::new(
                 config.acl_max_users,
                 config.acl_user_connections,
