@@ -144,6 +144,10 @@ pub async fn run(
     info!("shutting down: no longer accepting");
     shared.metrics.shutting_down.store(true, Ordering::Relaxed);
     cancel.cancel();
+    // Every client's own token (CLIENT KILL's), after the shared one: a
+    // client registered before this sees it here, one registered after
+    // saw the shared one cancelled (`connection::serve`).
+    shared.with_clients(|c| c.values().for_each(|e| e.kill.cancel()));
     let _ = watch.await;
     let _ = tcp.await;
     if let Some(u) = unix {
