@@ -51,12 +51,16 @@ pub struct Window {
 impl Window {
     /// Whether the window covers `key`.
     pub fn covers(&self, key: &[u8]) -> bool {
-        self.slots.as_ref().is_none_or(|s| {
-            s.get(usize::from(Slot::for_key(key).get()))
-                .copied()
-                .unwrap_or(true)
-        })
+        self.slots.as_ref().is_none_or(|s| slot_in(s, key))
     }
+}
+
+/// Whether `key`'s slot is one of `slots` (one flag per slot).
+pub fn slot_in(slots: &[bool], key: &[u8]) -> bool {
+    slots
+        .get(usize::from(Slot::for_key(key).get()))
+        .copied()
+        .unwrap_or(true)
 }
 
 /// What a hit in an open window's reach may do.

@@ -444,7 +444,9 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             Covered::All => shared.invalidate_all(),
             Covered::Nothing => {}
             Covered::Slots(owned) => {
-                shared.l1.invalidate_where(|_, key| slot_of(&owned, key));
+                shared
+                    .l1
+                    .invalidate_where(|_, key| crate::server::stale::slot_in(&owned, key));
                 shared.flights.forget_all();
                 // Tracking clients cannot be told which keys: everything.
                 shared.tracked.flush();
@@ -500,14 +502,6 @@ enum Covered {
     All,
     Slots(Box<[bool]>),
     Nothing,
-}
-
-/// Whether `key`'s slot is one of `slots`.
-fn slot_of(slots: &[bool], key: &[u8]) -> bool {
-    slots
-        .get(usize::from(sidecache_pool::Slot::for_key(key).get()))
-        .copied()
-        .unwrap_or(true)
 }
 
 /// Watches stale window `id` until it closes: asks for a slot-map refresh
