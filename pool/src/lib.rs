@@ -39,7 +39,8 @@
 //!   each replica's probed state, the pure choice of a read's target, and
 //!   the read-your-writes argument; the probes run in `upstream/replicas.rs`.
 //! - [`upstream`]: the router tying it together (its `replay` part queues
-//!   a previous run's journal again at start). [`Upstream::submit`] is
+//!   a previous run's journal again at start; its `absorb` part holds a
+//!   request through a passing failure, as a cluster client would). [`Upstream::submit`] is
 //!   the one way to send a client's pipeline to a node: it waits for the
 //!   write-behind writes the pipeline must not overtake, picks the
 //!   connection and owns the errors (`submit` part). Its `slotmap` part reads,

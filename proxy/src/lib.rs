@@ -7,10 +7,13 @@
 //! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
 //!   [`server::state`] is what all connections share (upstream, table, L1,
 //!   counters, clients); [`server::users`], the connection pools of the ACL
-//!   users clients authenticated as.
+//!   users clients authenticated as; [`server::stale`], what lost channels
+//!   leave served (`--l1-stale-if-error`); [`server::pause`], CLIENT PAUSE.
 //! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
 //!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection),
-//!   and [`connection::flight`] coalesces concurrent L1 misses on one key.
+//!   its `flush::absorb` part sends again what a failure took that a cluster
+//!   client would absorb, and [`connection::flight`] coalesces concurrent L1
+//!   misses on one key.
 //! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
 //!   how each command is handled, local commands, and merging split replies.
 //! - [`pubsub`]: shared upstream subscriptions fanned out to local

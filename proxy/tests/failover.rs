@@ -58,6 +58,27 @@ async fn replicas_synced(cluster: &Cluster) {
     }
 }
 
+/// Waits until every replica holds as many keys as its master (what was
+/// written before a kill survives it: Redis replicates asynchronously).
+async fn replicas_caught_up(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &cluster.nodes {
+        let info = cli(n.port, &["info", "replication"]);
+        if !info.contains("role:slave") {
+            continue;
+        }
+        let master: u16 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_port:"))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("master_port");
+        while cli(n.port, &["dbsize"]) != cli(master, &["dbsize"]) {
+            assert!(Instant::now() < deadline, "a replica never caught up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// Index of a master and of its replica.
 fn master_and_replica(cluster: &Cluster) -> (usize, usize) {
     for (r, n) in cluster.nodes.iter().enumerate() {
@@ -331,6 +352,7 @@ async fn reads_through_failover(fault: Fault) {
     let proxy = Proxy::start(&cluster.seed_url(), &["--connect-timeout", "1"]).await;
     let addr = proxy.addr.to_string();
     seed_reads(&addr, 300).await;
+    replicas_caught_up(&cluster).await;
     let (master, replica) = master_and_replica(&cluster);
     let stop = Arc::new(AtomicBool::new(false));
     let readers = start_readers(&addr, 300, 4, &stop);
@@ -435,6 +457,7 @@ async fn stale_if_error_serves_cached_reads_through_a_master_kill() {
     .await;
     let addr = proxy.addr.to_string();
     seed_reads(&addr, KEYS).await;
+    replicas_caught_up(&cluster).await;
     let client = redis::Client::open(format!("redis://{addr}")).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     for _ in 0..2 {
