@@ -219,3 +219,21 @@ async fn client_pause_holds_what_redis_would() {
     assert_eq!(call(&mut c, "GET k").await, "$1\r\nw\r\n");
     proxy.stop().await;
 }
+
+/// A pause of any length is taken, as Redis takes it (the longest one
+/// for ever here), never a panic; UNPAUSE ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause_of_any_length() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut op = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(
+        call(&mut op, "CLIENT PAUSE 9223372036854775807 WRITE").await,
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut c, "GET k").await, "$-1\r\n");
+    assert_eq!(call(&mut op, "CLIENT UNPAUSE").await, "+OK\r\n");
+    assert_eq!(call(&mut c, "SET k v").await, "+OK\r\n");
+    proxy.stop().await;
+}

@@ -531,9 +531,12 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             };
             match parse_i64(&args[2]) {
                 Some(ms) if ms >= 0 => {
+                    // Redis takes any length; past 2^40 ms (35 years) it is
+                    // for ever here, and an Instant can hold its end.
+                    let ms = ms.min(1 << 40) as u64;
                     shared
                         .pause
-                        .pause(std::time::Duration::from_millis(ms as u64), all);
+                        .pause(std::time::Duration::from_millis(ms), all);
                     r.ok();
                 }
                 Some(_) => r.error("ERR timeout is negative"),
