@@ -555,59 +555,59 @@ impl Upstream {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Bytes> {
         let cluster = self.inner.info.cluster;
-        let mut attempt = 0;
         let mut hold = absorb::Hold::default();
-        loop {
-            let action = redirect::decide(&reply, attempt);
-            match action {
-                Action::Moved { slot, addr } if cluster => {
-                    self.note_moved(slot, &addr);
-                    let node = self.node(&addr);
-                    reply = first(self.call_via(via, &node, session, cmd.clone(), 1).await?)?;
-                }
-                Action::Ask { addr } if cluster => {
-                    let node = self.node(&addr);
-                    let mut p = BytesMut::with_capacity(cmd.len() + 20);
-                    encode::encode_command(&mut p, &[b"ASKING"]);
-                    p.extend_from_slice(cmd);
-                    let mut r = self.call_via(via, &node, session, p.freeze(), 2).await?;
-                    reply = r
-                        .pop()
-                        .ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
-                }
-                Action::Retry(kind)
-                    if (cluster || kind == redirect::Transient::Loading)
-                        && !absorb::answers_any_error(sidecache_resp::request::command_name(
-                            cmd, 0,
-                        )) =>
-                {
-                    if !self.hold(&mut hold, kind.into(), deadline).await {
-                        self.held(hold);
-                        self.note_reply(&reply);
-                        return Ok(reply);
+        // Every way out (a final reply, time up, an error) counts the hold.
+        let result = async {
+            let mut attempt = 0;
+            loop {
+                match redirect::decide(&reply, attempt) {
+                    Action::Moved { slot, addr } if cluster => {
+                        self.note_moved(slot, &addr);
+                        let node = self.node(&addr);
+                        reply = first(self.call_via(via, &node, session, cmd.clone(), 1).await?)?;
                     }
-                    let topo = self.topology();
-                    let idx = match slot {
-                        Some(s) if cluster => topo.node_index(s)?,
-                        _ => 0,
-                    };
-                    let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
-                    match self.call_via(via, node, session, cmd.clone(), 1).await {
-                        Ok(r) => reply = first(r)?,
-                        // Not sent: the node is still out of reach.
-                        Err(Error::Connect { .. }) => {}
-                        Err(e) => return Err(e),
+                    Action::Ask { addr } if cluster => {
+                        let node = self.node(&addr);
+                        let mut p = BytesMut::with_capacity(cmd.len() + 20);
+                        encode::encode_command(&mut p, &[b"ASKING"]);
+                        p.extend_from_slice(cmd);
+                        let mut r = self.call_via(via, &node, session, p.freeze(), 2).await?;
+                        reply = r
+                            .pop()
+                            .ok_or_else(|| Error::Topology("missing reply after ASKING".into()))?;
                     }
-                    continue;
+                    Action::Retry(kind)
+                        if (cluster || kind == redirect::Transient::Loading)
+                            && !absorb::answers_any_error(
+                                sidecache_resp::request::command_name(cmd, 0),
+                            )
+                            && self.hold(&mut hold, kind.into(), deadline).await =>
+                    {
+                        let topo = self.topology();
+                        let idx = match slot {
+                            Some(s) if cluster => topo.node_index(s)?,
+                            _ => 0,
+                        };
+                        let node = topo.nodes().get(idx).ok_or(Error::SlotUnassigned(0))?;
+                        match self.call_via(via, node, session, cmd.clone(), 1).await {
+                            Ok(r) => reply = first(r)?,
+                            // Not sent: the node is still out of reach.
+                            Err(Error::Connect { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
+                        continue;
+                    }
+                    _ => return Ok(reply),
                 }
-                _ => {
-                    self.held(hold);
-                    self.note_reply(&reply);
-                    return Ok(reply);
-                }
+                attempt += 1;
             }
-            attempt += 1;
         }
+        .await;
+        self.held(hold);
+        if let Ok(reply) = &result {
+            self.note_reply(reply);
+        }
+        result
     }
 
     /// The node for an address, reusing its connections if known.
