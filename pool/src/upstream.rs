@@ -67,6 +67,17 @@ impl ServerInfo {
     pub fn engine_version(&self) -> &str {
         self.hello_text("version").unwrap_or(&self.version)
     }
+
+    /// Whether the engine is `engine` (`redis`, `valkey`) at `major.minor`
+    /// or later, by its own version: where commands' dialects part.
+    pub fn is_at_least(&self, engine: &str, major: u32, minor: u32) -> bool {
+        let mut v = self
+            .engine_version()
+            .split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let have = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        self.engine() == engine && have >= (major, minor)
+    }
 }
 
 pub use crate::dispatch::Target;

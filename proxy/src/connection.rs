@@ -48,7 +48,8 @@ use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
 use crate::connection::flight::{Fetched, Flight, Joined};
 use crate::metrics::{ConnMetrics, Path};
-use crate::server::state::{ClientEntry, Shared};
+use crate::server::clients::{ClientEntry, NO_COMMAND};
+use crate::server::state::Shared;
 
 mod blocking;
 mod cache;
@@ -272,6 +273,11 @@ pub struct Client {
     tx_caching: Option<bool>,
     batch_bytes: usize,
     commands: u64,
+    /// The last command's name ([`crate::cmd::table::CommandInfo::name_id`];
+    /// `clients::NO_COMMAND`): CLIENT LIST's `cmd`, published per batch.
+    last_cmd: u32,
+    /// GET's `name_id`, for the hot path.
+    get_cmd: u32,
     /// Whether this batch holds a write not yet acknowledged upstream: its
     /// reads must not join other clients' fetches.
     batch_writes: bool,
@@ -358,7 +364,7 @@ impl Client {
             lib_ver: String::new(),
             subs: [0; 3],
             user: None,
-            active: Default::default(),
+            activity: Default::default(),
             kill,
         };
         let st = ClientState {
@@ -375,6 +381,7 @@ impl Client {
             c.insert(id, st.entry.clone());
         });
         let topo = shared.upstream.topology();
+        let get_cmd = name_id(shared.table.lookup(&[Bytes::from_static(b"get")]));
         let shared_limit = shared.config.output_limit_normal as usize;
         let optin =
             shared.upstream.tracking_mode() == Some(sidecache_pool::config::TrackingMode::Optin);
@@ -414,6 +421,8 @@ impl Client {
             tx_caching: None,
             batch_bytes: 0,
             commands: 0,
+            last_cmd: NO_COMMAND,
+            get_cmd,
             batch_writes: false,
             now: None,
             refusing: None,
@@ -567,6 +576,7 @@ impl Client {
             let mut lower = [0u8; 64];
             let lname = lowercase(&req.args[0], &mut lower).unwrap_or(b"");
             if let Some(flow) = self.in_session(lname, req).await {
+                self.note_command(&req.args);
                 self.commands += 1;
                 self.batch_bytes += req.raw.len();
                 return flow;
@@ -581,9 +591,16 @@ impl Client {
         let mut lower = [0u8; 64];
         let lname = lowercase(&req.args[0], &mut lower).unwrap_or(b"");
         if self.st.authenticated && self.pubsub_guard(lname, req) {
+            self.note_command(&req.args);
             return Flow::Continue;
         }
         self.dispatch(req).await
+    }
+
+    /// Notes `args` as the client's last command (CLIENT LIST's `cmd`), off
+    /// the hot paths, which note theirs without a lookup.
+    pub(super) fn note_command(&mut self, args: &[Bytes]) {
+        self.last_cmd = name_id(self.shared.table.lookup(args));
     }
 
     /// Dispatches one parsed request outside a transaction or WATCH.
@@ -598,6 +615,7 @@ impl Client {
             && args[0].eq_ignore_ascii_case(b"GET")
         {
             self.metrics.command(self.shared.metrics.get_id());
+            self.last_cmd = self.get_cmd;
             self.get(req);
             return Flow::Continue;
         }
@@ -622,6 +640,12 @@ impl Client {
         };
         self.metrics
             .command(found.map_or(shared.metrics.unknown_id(), |i| i.id));
+        self.last_cmd = name_id(found);
+        if !self.st.authenticated || found.is_none() {
+            // Refused before it runs: Redis counts it in neither
+            // `total_commands_processed` nor CLIENT LIST's `tot-cmds`.
+            self.commands -= 1;
+        }
         if !self.st.authenticated {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;
@@ -664,4 +688,10 @@ impl Client {
         self.dispatch_handled(info, lname, req, inval, cluster)
             .await
     }
+}
+
+/// What CLIENT LIST names a command by: its table entry's `name_id`, or
+/// Redis's `NULL` for one the table lacks.
+fn name_id(info: Option<&Arc<crate::cmd::table::CommandInfo>>) -> u32 {
+    info.map_or(NO_COMMAND, |i| u32::from(i.name_id))
 }

@@ -2,6 +2,7 @@
 //! and graceful shutdown: stop accepting, let connections finish the batch
 //! in hand, close the pools, all under `--shutdown-timeout`.
 
+pub mod clients;
 pub mod pause;
 pub mod stale;
 pub mod state;

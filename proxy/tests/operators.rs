@@ -237,3 +237,79 @@ async fn client_pause_of_any_length() {
     assert_eq!(call(&mut c, "SET k v").await, "+OK\r\n");
     proxy.stop().await;
 }
+
+/// The `key=` names of a CLIENT INFO / CLIENT LIST line, in order.
+fn field_names(line: &str) -> Vec<String> {
+    line.lines()
+        .find(|l| l.contains("id="))
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|f| {
+            f.split('=')
+                .next()
+                .unwrap()
+                .trim_start_matches('$')
+                .to_owned()
+        })
+        .collect()
+}
+
+/// One field's value in a CLIENT INFO / CLIENT LIST line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// CLIENT LIST and CLIENT INFO show the server's fields, in its order,
+/// each client's last command as the server names it (`cmd=get`,
+/// `cmd=exec`, `cmd=client|info` for the asking client, `NULL` for an
+/// unknown one), and on Valkey 8+ the same traffic counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_shows_the_last_command_and_counters() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    for addr in [redis.addr().to_string(), proxy.addr.to_string()] {
+        let mut c1 = TcpStream::connect(&addr).await.unwrap();
+        let mut c2 = TcpStream::connect(&addr).await.unwrap();
+        let info = call(&mut c1, "CLIENT INFO").await;
+        let id = field(&info, "id").unwrap().to_owned();
+        let mut out = vec![
+            field_names(&info).join(" "),
+            field(&info, "cmd").unwrap().to_owned(),
+        ];
+        let list = format!("CLIENT LIST ID {id}");
+        for step in [
+            &["SET k v", "GET k"][..],
+            &["MULTI", "SET k w", "EXEC"],
+            &["CLIENT ID"],
+            &["NO-SUCH-COMMAND"],
+            &["PING"],
+        ] {
+            for line in step {
+                call(&mut c1, line).await;
+            }
+            let l = call(&mut c2, &list).await;
+            assert_eq!(field_names(&l), field_names(&info), "{l}");
+            out.push(format!(
+                "{:?} cmd={} tot-cmds={:?} tot-net-in={:?}",
+                step,
+                field(&l, "cmd").unwrap(),
+                field(&l, "tot-cmds"),
+                field(&l, "tot-net-in")
+            ));
+        }
+        let id2 = call(&mut c2, "CLIENT ID").await;
+        let id2 = id2.trim().trim_start_matches(':');
+        let l = call(&mut c2, "CLIENT LIST").await;
+        assert!(l.contains(&format!("id={id} ")), "{l}");
+        let own = l
+            .lines()
+            .find(|l| l.contains(&format!("id={id2} ")))
+            .unwrap();
+        out.push(format!("own cmd={}", field(own, "cmd").unwrap()));
+        seen.push(out);
+    }
+    assert_eq!(seen[1], seen[0], "through sidecache, then direct");
+    proxy.stop().await;
+}

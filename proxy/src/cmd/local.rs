@@ -8,7 +8,8 @@ use sidecache_pool::Proto;
 use sidecache_resp::encode::Reply;
 use sidecache_resp::int::parse_i64;
 
-use crate::server::state::{ClientEntry, Shared};
+use crate::server::clients::{ClientEntry, Fields, Line};
+use crate::server::state::Shared;
 use crate::server::users::{self, Login};
 
 mod kill;
@@ -392,7 +393,15 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             publish(st, shared);
             r.ok();
         }
-        b"info" if argc == 2 => r.verbatim(st.entry.line(st.id).as_bytes()),
+        b"info" if argc == 2 => {
+            let how = Line {
+                fields: Fields::of(shared.upstream.server_info()),
+                table: &shared.table,
+                blocked: &[],
+                current: Some((st.id, "client|info")),
+            };
+            r.verbatim(st.entry.line(st.id, &how).as_bytes());
+        }
         b"list" => {
             // CLIENT LIST [TYPE normal] [ID id …]: a blocked client shows
             // flags=b, as on Redis.
@@ -442,18 +451,17 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 .keys()
                 .copied()
                 .collect();
+            let how = Line {
+                fields: Fields::of(shared.upstream.server_info()),
+                table: &shared.table,
+                blocked: &blocked,
+                current: Some((st.id, "client|list")),
+            };
             let text = shared.with_clients(|c| {
                 c.iter()
                     .filter(|(id, _)| ids.as_ref().is_none_or(|v| v.contains(id)))
                     .filter(|(_, e)| kind.is_none_or(|k| k == e.subscribed()))
-                    .map(|(id, e)| {
-                        let line = e.line(*id);
-                        if blocked.contains(id) {
-                            line.replacen(" flags=N ", " flags=b ", 1)
-                        } else {
-                            line
-                        }
-                    })
+                    .map(|(id, e)| e.line(*id, &how))
                     .collect::<String>()
             });
             r.verbatim(text.as_bytes());

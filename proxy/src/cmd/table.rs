@@ -101,6 +101,9 @@ pub struct CommandInfo {
     /// Index of the top-level command in [`CommandTable::names`] (shared by
     /// its subcommands): per-command metrics are an array indexed by it.
     pub id: u16,
+    /// Index of this entry's own name (`client|list` for a subcommand) in
+    /// [`CommandTable::full_name`]: what CLIENT LIST shows as `cmd=`.
+    pub name_id: u16,
 }
 
 /// Why keys could not be extracted.
@@ -305,6 +308,9 @@ impl CommandInfo {
 pub struct CommandTable {
     commands: Names,
     names: Vec<String>,
+    /// Every entry's name, subcommands after the top-level commands
+    /// (indexed by [`CommandInfo::name_id`]).
+    full_names: Vec<String>,
     /// SET's entry, resolved once: the write-behind hot path takes it
     /// without hashing the name (see [`CommandTable::set`]).
     set: Option<Arc<CommandInfo>>,
@@ -334,10 +340,27 @@ impl CommandTable {
         if commands.is_empty() {
             return Err("COMMAND reply lists no commands".into());
         }
+        // Subcommands' names follow the top-level ones; entries are not
+        // shared yet, so each is numbered in place.
+        let mut full_names = names.clone();
+        for info in commands.values_mut() {
+            let Some(info) = Arc::get_mut(info) else {
+                continue;
+            };
+            for sub in info.subcommands.values_mut() {
+                let (Some(sub), Ok(id)) = (Arc::get_mut(sub), u16::try_from(full_names.len()))
+                else {
+                    continue;
+                };
+                sub.name_id = id;
+                full_names.push(sub.name.clone());
+            }
+        }
         let set = commands.get(&b"set"[..]).cloned();
         Ok(CommandTable {
             commands,
             names,
+            full_names,
             set,
         })
     }
@@ -345,6 +368,14 @@ impl CommandTable {
     /// Top-level command names, indexed by [`CommandInfo::id`].
     pub fn names(&self) -> &[String] {
         &self.names
+    }
+
+    /// The name of the entry numbered `name_id` ([`CommandInfo::name_id`]),
+    /// as Redis shows it in CLIENT LIST (`get`, `client|list`).
+    pub fn full_name(&self, name_id: u16) -> Option<&str> {
+        self.full_names
+            .get(usize::from(name_id))
+            .map(String::as_str)
     }
 
     /// Number of top-level commands.
@@ -533,6 +564,7 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
         write_behind,
         read: None,
         id,
+        name_id: id,
     };
     // Read-only by upstream's flags too: a server whose command differs
     // from Redis's is not cached.

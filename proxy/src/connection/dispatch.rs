@@ -31,6 +31,7 @@ impl Client {
     /// while a node is not known healthy, hands to upstream.
     pub(super) async fn dispatch_local(&mut self, cmd: Local, args: &[Bytes]) -> Flow {
         self.metrics.command(self.shared.metrics.local_id(cmd));
+        self.note_command(args);
         if !self.st.authenticated && !cmd.allowed_unauthenticated() {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;

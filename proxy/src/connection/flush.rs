@@ -462,6 +462,10 @@ impl Client {
             b.sent = None;
         }
         self.forwarded_write = false;
+        self.st
+            .entry
+            .activity
+            .answered(self.commands, self.last_cmd);
         let stats = &self.shared.stats;
         stats
             .commands

@@ -3,6 +3,7 @@
 //! idle timeout and shutdown.
 
 use super::*;
+use crate::server::clients::Activity;
 
 /// A client stream: TCP or Unix.
 ///
@@ -98,7 +99,10 @@ pub async fn serve<S>(
                             // What came before it is answered first; then
                             // it blocks, later requests waiting in `rbuf`.
                             client.flush().await;
-                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                            if write_out(&mut stream, &mut client.wbuf, &client.st.entry.activity)
+                                .await
+                                .is_err()
+                            {
                                 break 'conn;
                             }
                             if let Flow::Close = client
@@ -107,7 +111,10 @@ pub async fn serve<S>(
                             {
                                 break 'conn;
                             }
-                            if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                            if write_out(&mut stream, &mut client.wbuf, &client.st.entry.activity)
+                                .await
+                                .is_err()
+                            {
                                 break 'conn;
                             }
                             client.metrics.written(&shared.metrics);
@@ -118,7 +125,10 @@ pub async fn serve<S>(
                         || client.output_due()
                     {
                         client.flush().await;
-                        if write_out(&mut stream, &mut client.wbuf).await.is_err() {
+                        if write_out(&mut stream, &mut client.wbuf, &client.st.entry.activity)
+                            .await
+                            .is_err()
+                        {
                             break 'conn;
                         }
                         client.metrics.written(&shared.metrics);
@@ -199,9 +209,9 @@ pub async fn serve<S>(
             _ = kill.cancelled() => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
+                Ok(n) => {
                     let now = client.metrics.read();
-                    client.st.entry.touch(now);
+                    client.st.entry.touch(now, n);
                 }
             },
             () = idle(shared.config.timeout, client.timeout_exempt()), if shared.config.timeout.is_some() => {
@@ -252,7 +262,7 @@ async fn held_by_pause<S: ClientStream>(
         return Ok(());
     }
     client.flush().await;
-    write_out(stream, &mut client.wbuf).await?;
+    write_out(stream, &mut client.wbuf, &client.st.entry.activity).await?;
     pause.wait(writes).await;
     Ok(())
 }
@@ -266,12 +276,16 @@ async fn idle(timeout: Option<std::time::Duration>, exempt: bool) {
     }
 }
 
+/// Writes what `wbuf` holds to the client, counted in its `activity`
+/// (CLIENT LIST's `tot-net-out`).
 pub(super) async fn write_out<S: AsyncWrite + Unpin>(
     stream: &mut S,
     wbuf: &mut BytesMut,
+    activity: &Activity,
 ) -> std::io::Result<()> {
     if !wbuf.is_empty() {
         stream.write_all(wbuf).await?;
+        activity.wrote(wbuf.len());
         wbuf.clear();
         if wbuf.capacity() > 4 * 1024 * 1024 {
             *wbuf = BytesMut::with_capacity(16 * 1024);

@@ -501,7 +501,7 @@ impl Client {
         stream: &mut S,
     ) -> Result<(), Doomed> {
         match &self.subs {
-            None => super::write_out(stream, &mut self.wbuf)
+            None => super::write_out(stream, &mut self.wbuf, &self.st.entry.activity)
                 .await
                 .map_err(|_| Doomed),
             Some(s) => {
@@ -510,7 +510,7 @@ impl Client {
                     return Err(Doomed);
                 }
                 tokio::select! {
-                    r = super::write_out(stream, &mut self.wbuf) => r.map_err(|_| Doomed),
+                    r = super::write_out(stream, &mut self.wbuf, &self.st.entry.activity) => r.map_err(|_| Doomed),
                     () = outbox.doom.notified() => Err(Doomed),
                 }
             }

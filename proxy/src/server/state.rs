@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use sidecache_pool::Upstream;
 
 use crate::connection::flight::Flights;
 use crate::metrics::Metrics;
+use crate::server::clients::ClientEntry;
 
 use crate::cmd::table::CommandTable;
 use crate::config::Config;
@@ -57,81 +58,6 @@ pub struct TxStats {
     pub watch_failed: AtomicU64,
     /// Transactions ended with DISCARD.
     pub discarded: AtomicU64,
-}
-
-/// What CLIENT LIST shows of a client; updated only on rare events.
-#[derive(Debug, Clone)]
-pub struct ClientEntry {
-    /// Peer address.
-    pub addr: String,
-    /// Local address.
-    pub laddr: String,
-    /// Name set by CLIENT SETNAME / HELLO SETNAME.
-    pub name: String,
-    /// Selected database.
-    pub db: u16,
-    /// Protocol version.
-    pub resp: u8,
-    /// Connect time.
-    pub created: Instant,
-    /// CLIENT SETINFO lib-name.
-    pub lib_name: String,
-    /// CLIENT SETINFO lib-ver.
-    pub lib_ver: String,
-    /// Channels, patterns and shard channels subscribed to.
-    pub subs: [usize; 3],
-    /// The ACL user it authenticated as, when not the `--upstream` one
-    /// (`None`: shown as `default`).
-    pub user: Option<String>,
-    /// Seconds from `created` to the client's latest read (CLIENT LIST's
-    /// `idle`); shared by the entry's clones, so the registry's copy sees
-    /// the connection's updates.
-    pub active: Arc<AtomicU64>,
-    /// Cancelled to close the connection (CLIENT KILL; shutdown cancels
-    /// every client's).
-    pub kill: tokio_util::sync::CancellationToken,
-}
-
-impl ClientEntry {
-    /// The client sent something at `now` (the metrics' read time, so no
-    /// clock read of its own while metrics are on): `idle` counts from
-    /// there. Once per socket read, not per command; a store only when the
-    /// second changed.
-    #[inline]
-    pub fn touch(&self, now: Option<Instant>) {
-        let now = now.unwrap_or_else(Instant::now);
-        let s = now.saturating_duration_since(self.created).as_secs();
-        if self.active.load(Ordering::Relaxed) != s {
-            self.active.store(s, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether it is a pubsub client (subscribed to something).
-    pub fn subscribed(&self) -> bool {
-        self.subs.iter().any(|&n| n > 0)
-    }
-
-    /// The CLIENT INFO / CLIENT LIST line of this client, as Redis formats it.
-    pub fn line(&self, id: u64) -> String {
-        let age = self.created.elapsed().as_secs();
-        format!(
-            "id={id} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
-            self.addr,
-            self.laddr,
-            self.name,
-            age,
-            age.saturating_sub(self.active.load(Ordering::Relaxed)),
-            if self.subscribed() { "P" } else { "N" },
-            self.db,
-            self.subs[0],
-            self.subs[1],
-            self.subs[2],
-            self.user.as_deref().unwrap_or("default"),
-            self.resp,
-            self.lib_name,
-            self.lib_ver
-        )
-    }
 }
 
 /// Everything connections share.

@@ -20,7 +20,8 @@ use sidecache_resp::encode::Reply;
 use sidecache_resp::int::parse_i64;
 
 use super::{ClientState, Outcome};
-use crate::server::state::{ClientEntry, Shared};
+use crate::server::clients::ClientEntry;
+use crate::server::state::Shared;
 
 /// What selects the clients to kill.
 #[derive(Debug, Default)]
@@ -69,28 +70,9 @@ struct Dialect {
 impl Dialect {
     fn of(shared: &Shared) -> Dialect {
         let info = shared.upstream.server_info();
-        let v: Vec<u32> = info
-            .engine_version()
-            .split('.')
-            .map(|p| p.parse().unwrap_or(0))
-            .collect();
-        let at_least = |major: u32, minor: u32| {
-            let (a, b) = (
-                v.first().copied().unwrap_or(0),
-                v.get(1).copied().unwrap_or(0),
-            );
-            (a, b) >= (major, minor)
-        };
-        if info.engine() == "valkey" {
-            Dialect {
-                many_ids: at_least(8, 1),
-                max_age: at_least(8, 0),
-            }
-        } else {
-            Dialect {
-                many_ids: false,
-                max_age: at_least(7, 4),
-            }
+        Dialect {
+            many_ids: info.is_at_least("valkey", 8, 1),
+            max_age: info.is_at_least("valkey", 8, 0) || info.is_at_least("redis", 7, 4),
         }
     }
 }

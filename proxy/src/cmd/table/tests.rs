@@ -21,6 +21,7 @@ fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> Co
         write_behind: false,
         read: None,
         id: 0,
+        name_id: 0,
     }
 }
 
