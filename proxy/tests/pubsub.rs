@@ -530,3 +530,66 @@ async fn shard_subscription_follows_its_slot() {
     read_until(&mut s, "$8\r\nsmessage\r\n").await;
     proxy.stop().await;
 }
+
+/// Everything `lines` get back on a fresh connection to `addr`, from the
+/// first `from` on, up to the reply of a closing `ECHO end-of-test`.
+async fn session(addr: &str, lines: &[&str], from: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut input: String = lines.iter().map(|l| enc(l)).collect();
+    input.push_str(&enc("ECHO end-of-test"));
+    s.write_all(input.as_bytes()).await.unwrap();
+    let got = read_until(&mut s, "end-of-test\r\n").await;
+    got[got.find(from).unwrap_or(0)..].to_owned()
+}
+
+/// UNSUBSCRIBE, PUNSUBSCRIBE and SUNSUBSCRIBE inside MULTI: queued, then
+/// run at EXEC with their replies in EXEC's array (one frame per name in
+/// the command's one place), in RESP2 and RESP3, subscribed or not;
+/// byte for byte what the server sends (Valkey 8.0's queue-time NOSUB
+/// included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_inside_multi_is_redis_own() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "MULTI",
+                "UNSUBSCRIBE",
+                "PUNSUBSCRIBE a",
+                "SUNSUBSCRIBE x y",
+                "SET k 1",
+                "EXEC",
+            ],
+            "+OK",
+        ),
+        (
+            &[
+                "HELLO 3",
+                "MULTI",
+                "UNSUBSCRIBE",
+                "SUNSUBSCRIBE x y",
+                "EXEC",
+            ],
+            "+OK",
+        ),
+        (
+            &[
+                "HELLO 3",
+                "SUBSCRIBE a b",
+                "MULTI",
+                "UNSUBSCRIBE a",
+                "PING",
+                "EXEC",
+                "UNSUBSCRIBE",
+            ],
+            ">3",
+        ),
+    ];
+    for (lines, from) in cases {
+        let direct = session(&redis.addr().to_string(), lines, from).await;
+        let through = session(&proxy.addr.to_string(), lines, from).await;
+        assert_eq!(through, direct, "{lines:?}");
+    }
+    proxy.stop().await;
+}

@@ -279,11 +279,20 @@ impl Client {
     }
 
     fn unsubscribe(&mut self, kind: Kind, args: &[Bytes]) {
+        let start = self.scratch.len();
+        let mut out = std::mem::take(&mut self.scratch);
+        self.unsubscribe_into(kind, args, &mut out);
+        self.scratch = out;
+        self.pending.push(Pending::Local(start..self.scratch.len()));
+    }
+
+    /// (P|S)UNSUBSCRIBE of `args`' names (none: all of `kind`): each leaves
+    /// the client's subscriptions, and its reply frame goes to `out`.
+    pub(super) fn unsubscribe_into(&mut self, kind: Kind, args: &[Bytes], out: &mut BytesMut) {
         let push = self.push_kind();
         let proto = self.st.proto;
         let id = self.st.id;
         let hub = Arc::clone(&self.shared.pubsub);
-        let start = self.scratch.len();
         let names: Vec<Bytes> = if args.len() >= 2 {
             args[1..].to_vec()
         } else {
@@ -304,7 +313,7 @@ impl Client {
         };
         if names.is_empty() {
             let count = self.subs.as_ref().map_or(0, |s| s.count(kind));
-            one(&mut self.scratch, None, count);
+            one(out, None, count);
         }
         for name in &names {
             let count = match self.subs.as_mut() {
@@ -316,9 +325,8 @@ impl Client {
                 }
                 None => 0,
             };
-            one(&mut self.scratch, Some(name), count);
+            one(out, Some(name), count);
         }
-        self.pending.push(Pending::Local(start..self.scratch.len()));
     }
 
     fn push_kind(&self) -> u8 {

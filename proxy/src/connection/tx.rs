@@ -41,6 +41,7 @@ use super::{Client, Flow, Inval, Pending};
 
 mod run;
 use crate::cmd::local::{self, Local, Outcome};
+use crate::pubsub::Kind;
 
 /// The reply Redis gives EXEC after a queue-time error.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -69,14 +70,24 @@ pub(super) struct TxBlock {
     /// broke): answered locally until its EXEC, which aborts.
     lost: bool,
     /// Locally answered commands, run at EXEC: (place in EXEC's array,
-    /// command, arguments).
-    deferred: Vec<(usize, Local, Vec<Bytes>)>,
+    /// command).
+    deferred: Vec<(usize, Deferred)>,
     /// SELECTs sent upstream inside the block: (place in EXEC's array,
     /// arguments).
     selects: Vec<(usize, Vec<Bytes>)>,
     /// Keys its writes give a time to live, and how long (for tracking
     /// clients' expiry messages, started at EXEC).
     pub(super) expiries: Vec<(Bytes, std::time::Duration)>,
+}
+
+/// A command inside MULTI that sidecache answers itself, at EXEC.
+#[derive(Debug)]
+pub(super) enum Deferred {
+    /// One of [`Local`]'s, with its arguments.
+    Local(Local, Vec<Bytes>),
+    /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
+    /// sidecache's.
+    Unsubscribe(Kind, Vec<Bytes>),
 }
 
 /// The client's held connection: from WATCH (or a MULTI spanning batches)
@@ -111,7 +122,7 @@ pub(super) struct TxPending {
     block: Bytes,
     end: End,
     dirty: bool,
-    deferred: Vec<(usize, Local, Vec<Bytes>)>,
+    deferred: Vec<(usize, Deferred)>,
     selects: Vec<(usize, Vec<Bytes>)>,
     /// A trailing `SELECT` (not the client's) puts the connection back.
     restore: bool,
@@ -233,8 +244,11 @@ impl Client {
         match lname {
             b"exec" => self.finish_tx(req, End::Exec).await,
             b"discard" => self.finish_tx(req, End::Discard).await,
-            b"subscribe" | b"psubscribe" | b"ssubscribe" | b"unsubscribe" | b"punsubscribe"
-            | b"sunsubscribe" | b"monitor" | b"sync" | b"psync" | b"replconf" => {
+            b"unsubscribe" => self.tx_unsubscribe(Kind::Channel, req).await,
+            b"punsubscribe" => self.tx_unsubscribe(Kind::Pattern, req).await,
+            b"sunsubscribe" => self.tx_unsubscribe(Kind::Shard, req).await,
+            b"subscribe" | b"psubscribe" | b"ssubscribe" | b"monitor" | b"sync" | b"psync"
+            | b"replconf" => {
                 let name = String::from_utf8_lossy(&req.args[0]).to_ascii_uppercase();
                 if let Some(tx) = self.tx.as_mut() {
                     tx.dirty = true;
@@ -285,7 +299,41 @@ impl Client {
         let mut ping = BytesMut::new();
         encode::encode_command(&mut ping, &[b"PING"]);
         if let Some(tx) = self.tx.as_mut() {
-            tx.deferred.push((tx.queued, cmd, req.args.clone()));
+            tx.deferred
+                .push((tx.queued, Deferred::Local(cmd, req.args.clone())));
+        }
+        self.tx_push_raw(&ping, true);
+    }
+
+    /// (P|S)UNSUBSCRIBE inside MULTI: queued (upstream queues a PING in
+    /// its place) and run at EXEC on the client's own subscriptions, its
+    /// replies in its place in EXEC's array, as Redis 7 and Valkey 9 do.
+    /// Valkey 8.0.0 and 8.0.1 refuse it at queue time from a client that
+    /// subscribed to nothing (`-NOSUB`; reverted in Valkey 8.0.2).
+    async fn tx_unsubscribe(&mut self, kind: Kind, req: &Request) {
+        let info = self.shared.upstream.server_info();
+        let nosub = info.engine() == "valkey" && matches!(info.engine_version(), "8.0.0" | "8.0.1");
+        let refusal = match self.user_refusal(&req.args).await {
+            Some(f) => sidecache_resp::frame::error_text(&f)
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+            None if nosub && !self.in_pubsub() => Some(format!(
+                "NOSUB '{}' command executed not in subscribed mode",
+                String::from_utf8_lossy(&req.args[0]).to_ascii_lowercase()
+            )),
+            None => None,
+        };
+        if let Some(msg) = refusal {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.dirty = true;
+            }
+            self.tx_local_error(&msg);
+            return;
+        }
+        let mut ping = BytesMut::new();
+        encode::encode_command(&mut ping, &[b"PING"]);
+        if let Some(tx) = self.tx.as_mut() {
+            tx.deferred
+                .push((tx.queued, Deferred::Unsubscribe(kind, req.args.clone())));
         }
         self.tx_push_raw(&ping, true);
     }

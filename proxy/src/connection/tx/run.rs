@@ -13,7 +13,7 @@ use sidecache_resp::encode;
 use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 
-use super::{End, Held, TxBlock, TxPending, EXECABORT};
+use super::{Deferred, End, Held, TxBlock, TxPending, EXECABORT};
 use crate::cmd::local::{self, Local};
 use crate::connection::{Client, Pending};
 
@@ -492,7 +492,7 @@ impl Client {
         &mut self,
         mut frames: Vec<Bytes>,
         end: End,
-        deferred: &[(usize, Local, Vec<Bytes>)],
+        deferred: &[(usize, Deferred)],
         selects: &[(usize, Vec<Bytes>)],
     ) -> Vec<Bytes> {
         if end != End::Exec || (deferred.is_empty() && selects.is_empty()) {
@@ -505,9 +505,16 @@ impl Client {
             frames.push(last);
             return frames;
         };
-        for (at, cmd, args) in deferred {
+        for (at, cmd) in deferred {
             let mut out = BytesMut::new();
-            local::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
+            match cmd {
+                Deferred::Local(cmd, args) => {
+                    local::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
+                }
+                // One frame per name, all in its one place: EXEC's array
+                // counts commands, not frames, as on Redis.
+                Deferred::Unsubscribe(kind, args) => self.unsubscribe_into(*kind, args, &mut out),
+            }
             if let Some(item) = items.get_mut(*at) {
                 *item = out.freeze();
             }
