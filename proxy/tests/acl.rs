@@ -513,3 +513,53 @@ async fn what_sidecache_answers_itself_is_checked_for_the_user() {
     let mut again = Conn::open(&proxy).await;
     assert_eq!(again.call("AUTH erin pe").await, WRONGPASS);
 }
+
+/// Without `--requirepass`, AUTH as the default user is Redis's to
+/// answer, side by side with a client of Redis itself: no password
+/// configured (`AUTH x`: Redis's `-ERR AUTH <password> called without …`),
+/// then one set at run time with `CONFIG SET requirepass` through
+/// sidecache (wrong and right, both forms), with per-user connections on
+/// and off.
+#[tokio::test]
+async fn default_user_auth_is_checked_upstream() {
+    for acl in ["--acl-max-users=10", "--acl-max-users=0"] {
+        let redis = RedisServer::start(&[]);
+        let proxy = Proxy::start(&redis.url(), &[acl]).await;
+        let mut through = Conn::open(&proxy).await;
+        let mut direct = Conn(TcpStream::connect(redis.addr()).await.unwrap());
+        let steps = [
+            "AUTH x",
+            "AUTH default x",
+            "CONFIG SET requirepass s3cret",
+            "AUTH x",
+            "AUTH default x",
+            "AUTH s3cret",
+            "AUTH default s3cret",
+            "GET k",
+        ];
+        let mut seen = Vec::new();
+        for (i, line) in steps.iter().enumerate() {
+            let t = through.call(line).await;
+            // Set once, through sidecache; the direct client sees it too.
+            let d = if line.starts_with("CONFIG") {
+                t.clone()
+            } else {
+                direct.call(line).await
+            };
+            assert_eq!(t, d, "{acl}: step {i}: {line}");
+            seen.push(t);
+        }
+        assert!(
+            seen[0].starts_with("-ERR AUTH <password> called without"),
+            "{seen:?}"
+        );
+        assert!(seen[3].starts_with("-WRONGPASS"), "{seen:?}");
+        assert_eq!(seen[5], "+OK\r\n");
+        // A fresh client of sidecache: the run-time password holds.
+        let mut fresh = Conn::open(&proxy).await;
+        assert!(fresh.call("AUTH nope").await.starts_with("-WRONGPASS"));
+        assert_eq!(fresh.call("AUTH s3cret").await, "+OK\r\n");
+        assert_eq!(through.call("CONFIG SET requirepass \"\"").await, "+OK\r\n");
+        proxy.stop().await;
+    }
+}

@@ -186,16 +186,17 @@ fn check_auth(
 
 /// The credentials of an AUTH or HELLO … AUTH, if it has them (for the
 /// upstream check that comes before it runs).
-pub fn credentials(cmd: Local, args: &[Bytes]) -> Option<(&Bytes, &Bytes)> {
+pub fn credentials(cmd: Local, args: &[Bytes]) -> Option<(Option<&Bytes>, &Bytes)> {
     match cmd {
-        Local::Auth if args.len() == 3 => Some((&args[1], &args[2])),
+        Local::Auth if args.len() == 2 => Some((None, &args[1])),
+        Local::Auth if args.len() == 3 => Some((Some(&args[1]), &args[2])),
         Local::Hello => {
             // The last AUTH option wins, as in `hello`.
             let mut found = None;
             let mut i = 2;
             while i < args.len() {
                 if args[i].eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
-                    found = Some((&args[i + 1], &args[i + 2]));
+                    found = Some((Some(&args[i + 1]), &args[i + 2]));
                     i += 3;
                 } else {
                     i += 2;

@@ -74,6 +74,10 @@ impl Client {
             self.client_unblock(args).await;
             return Flow::Continue;
         }
+        if cmd == Local::Auth && self.auth_as_own_user(args) {
+            self.forward(0, None, &encoded(args));
+            return Flow::Continue;
+        }
         let verified = verify_credentials(&self.shared, cmd, args).await;
         let start = self.scratch.len();
         let outcome = local::run(
@@ -324,6 +328,28 @@ impl Client {
     }
 }
 
+impl Client {
+    /// An AUTH that Redis answers on a shared connection: sidecache has no
+    /// `--requirepass` of its own, the client is on the shared connections,
+    /// and the user named (`AUTH password`: `default`) is the one those
+    /// connections are. Redis's reply is the client's (a password set at
+    /// run time with `CONFIG SET requirepass`, `-ERR AUTH <password> called
+    /// without …`, `-WRONGPASS`), and the connection stays the user it was:
+    /// a successful AUTH as its own user changes nothing, a failed one
+    /// leaves it as it was.
+    fn auth_as_own_user(&self, args: &[Bytes]) -> bool {
+        let own = self.shared.upstream.auth().username().unwrap_or("default");
+        let named = match args.len() {
+            2 => &b"default"[..],
+            3 => &args[1][..],
+            _ => return false,
+        };
+        self.shared.config.requirepass.is_none()
+            && self.st.user.is_none()
+            && named == own.as_bytes()
+    }
+}
+
 /// AUTH or HELLO … AUTH with credentials only the upstream can check
 /// (an ACL user; see `server/users.rs`): the upstream's verdict, from
 /// a handshake as that user. `None` for anything else.
@@ -333,9 +359,10 @@ async fn verify_credentials(
     args: &[Bytes],
 ) -> Option<local::Verified> {
     let (user, pass) = local::credentials(cmd, args)?;
+    let user = user.map(|u| &u[..]);
     let users = &shared.users;
     let requirepass = shared.config.requirepass.as_deref();
-    if crate::server::users::check(Some(user), pass, requirepass, users.enabled())
+    if crate::server::users::check(user, pass, requirepass, users.enabled())
         != crate::server::users::Check::Upstream
     {
         return None;

@@ -126,6 +126,7 @@ pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is
 /// there is no `--requirepass`, upstream.
 pub fn check(user: Option<&[u8]>, pass: &[u8], requirepass: Option<&str>, acl: bool) -> Check {
     match (requirepass, user) {
+        (None, None) if acl => Check::Upstream,
         (None, None) => Check::Local(Err(NOPASS)),
         (Some(p), None) | (Some(p), Some(b"default")) => Check::Local(if p.as_bytes() == pass {
             Ok(())
@@ -203,7 +204,7 @@ impl Users {
     pub async fn login(
         &self,
         upstream: &Upstream,
-        user: &[u8],
+        user: Option<&[u8]>,
         pass: &[u8],
     ) -> Result<Option<Login>, String> {
         let r = self.login_inner(upstream, user, pass).await;
@@ -217,19 +218,24 @@ impl Users {
     async fn login_inner(
         &self,
         upstream: &Upstream,
-        user: &[u8],
+        user: Option<&[u8]>,
         pass: &[u8],
     ) -> Result<Option<Login>, String> {
         // Redis takes any bytes; a name or password that is not UTF-8
         // cannot be a Credentials here, and is refused as a wrong one.
-        let (Ok(name), Ok(password)) = (std::str::from_utf8(user), std::str::from_utf8(pass))
-        else {
+        let (Ok(name), Ok(password)) = (
+            std::str::from_utf8(user.unwrap_or(b"default")),
+            std::str::from_utf8(pass),
+        ) else {
             return Err(WRONGPASS.into());
         };
         let own = upstream.auth().username().unwrap_or("default") == name;
         let key = (name.to_owned(), password.to_owned());
+        // `AUTH password` is checked as it was given (Redis answers it
+        // apart: `-ERR AUTH <password> called without …` when the default
+        // user needs none).
         let credentials = Credentials {
-            username: Some(key.0.clone()),
+            username: user.map(|_| key.0.clone()),
             password: key.1.clone(),
         };
         let (pool, login) = if own {
@@ -286,8 +292,8 @@ mod tests {
             check(Some(b"default"), b"x", Some("pw"), true),
             Check::Local(Err(WRONGPASS))
         );
-        assert_eq!(check(None, b"x", None, true), Check::Local(Err(NOPASS)));
         // Other users, and default without --requirepass: upstream.
+        assert_eq!(check(None, b"x", None, true), up);
         assert_eq!(check(Some(b"bob"), b"x", Some("pw"), true), up);
         assert_eq!(check(Some(b"bob"), b"x", None, true), up);
         assert_eq!(check(Some(b"default"), b"x", None, true), up);
