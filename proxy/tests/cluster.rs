@@ -287,3 +287,75 @@ async fn refreshes(c: &mut redis::aio::MultiplexedConnection) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap()
 }
+
+/// Numbered databases in cluster mode. In front of Valkey 9 started with
+/// `cluster-databases 16`, SELECT works: each database's keys are routed by
+/// slot (written behind and read back on the owning node in that
+/// database), cached per database, and another writer's change in that
+/// database reaches the L1. Elsewhere (Redis, older Valkey, Valkey 9 with
+/// one database) SELECT answers what a node answers directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_in_cluster_mode_is_the_servers() {
+    let databases = support::is_valkey() && support::server_major() >= 9;
+    let cluster = if databases {
+        Cluster::start_configured(0, 5000, &["--cluster-databases", "16"])
+    } else {
+        Cluster::start()
+    };
+    let proxy = Proxy::start(&cluster.seed_url(), &[]).await;
+    let addr = proxy.addr.to_string();
+    let direct = cluster.nodes[0].addr().to_string();
+    for line in [
+        "SELECT 16\r\n",
+        "SELECT -1\r\n",
+        "SELECT 3\r\n",
+        "SELECT 0\r\n",
+    ] {
+        let t = raw(&addr, line.as_bytes(), 1).await;
+        let d = raw(&direct, line.as_bytes(), 1).await;
+        assert_eq!(
+            String::from_utf8_lossy(&t),
+            String::from_utf8_lossy(&d),
+            "{line:?}"
+        );
+    }
+    if !databases {
+        proxy.stop().await;
+        return;
+    }
+    let client = redis::Client::open(format!("redis://{addr}/3")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = (0..30).map(|i| format!("db3key:{i}")).collect();
+    for k in &keys {
+        let () = c.set(k, format!("v-{k}")).await.unwrap();
+    }
+    // Written behind to the owner of each key's slot, in database 3 only.
+    for k in &keys {
+        let port = cluster.nodes[cluster.node_for(k)].port;
+        eventually(port, &["-n", "3", "GET", k], &format!("v-{k}")).await;
+        assert_eq!(cli(port, &["-n", "0", "EXISTS", k]), "0");
+    }
+    // Read back (from the L1, then after another writer's change).
+    let k = &keys[7];
+    for _ in 0..2 {
+        let v: String = c.get(k).await.unwrap();
+        assert_eq!(v, format!("v-{k}"));
+    }
+    let port = cluster.nodes[cluster.node_for(k)].port;
+    assert_eq!(cli(port, &["-n", "3", "SET", k, "changed"]), "OK");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let v: String = c.get(k).await.unwrap();
+        if v == "changed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Database 0 through sidecache holds none of them.
+    let zero = redis::Client::open(format!("redis://{addr}/0")).unwrap();
+    let mut z = zero.get_multiplexed_async_connection().await.unwrap();
+    let v: Option<String> = z.get(k).await.unwrap();
+    assert_eq!(v, None);
+    proxy.stop().await;
+}

@@ -17,18 +17,21 @@ use crate::conn::mux::Replies;
 use crate::error::{Error, Result};
 
 /// The first seed that answers, in order, with its replies to `INFO
-/// server`, `INFO cluster`, `CONFIG GET databases` and `HELLO 3` (last: it
-/// turns the probe's connection to RESP3); otherwise the last seed's error.
+/// server`, `INFO cluster`, `CONFIG GET databases`, `CONFIG GET
+/// cluster-databases` (Valkey 9's numbered databases in cluster mode) and
+/// `HELLO 3` (last: it turns the probe's connection to RESP3); otherwise
+/// the last seed's error.
 pub(super) async fn probe_seeds(
     connector: &Connector,
     cfg: &UpstreamConfig,
 ) -> Result<(NodeAddr, Replies)> {
     let mut last_err = None;
     for seed in &cfg.seeds {
-        let cmds: [&[&[u8]]; 4] = [
+        let cmds: [&[&[u8]]; 5] = [
             &[b"INFO", b"server"],
             &[b"INFO", b"cluster"],
             &[b"CONFIG", b"GET", b"databases"],
+            &[b"CONFIG", b"GET", b"cluster-databases"],
             &[b"HELLO", b"3"],
         ];
         match connector
@@ -71,22 +74,31 @@ pub(super) fn server_info(
         Mode::Cluster => true,
         Mode::Standalone => false,
     };
+    // A cluster has database 0 only, unless it is Valkey 9+ started with
+    // `cluster-databases` above 1 (a server without that setting answers
+    // an empty list).
     let databases = if cluster {
-        1
+        config_number(replies.get(3)).unwrap_or(1)
     } else {
-        Value::decode(&replies[2])
-            .ok()
-            .and_then(Value::into_items)
-            .and_then(|v| v.get(1).and_then(Value::as_int))
-            .and_then(|n| u16::try_from(n).ok())
-            .unwrap_or(16)
+        config_number(replies.get(2)).unwrap_or(16)
     };
     Ok(ServerInfo {
         version,
         databases,
         cluster,
-        hello: replies.get(3).map(hello_fields).unwrap_or_default(),
+        hello: replies.get(4).map(hello_fields).unwrap_or_default(),
     })
+}
+
+/// The number a `CONFIG GET name` reply gives its one setting; `None` for
+/// an error, an unknown setting or a value out of range.
+fn config_number(reply: Option<&bytes::Bytes>) -> Option<u16> {
+    Value::decode(reply?)
+        .ok()
+        .and_then(Value::into_items)
+        .and_then(|v| v.get(1).and_then(Value::as_int))
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|&n| n > 0)
 }
 
 /// The field/value pairs of a `HELLO 3` reply; none for an error or

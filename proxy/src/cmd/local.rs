@@ -151,10 +151,14 @@ fn select(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
     let Some(db) = parse_i64(&args[1]) else {
         return r.error("ERR value is not an integer or out of range");
     };
-    if shared.upstream.is_cluster() && db != 0 {
+    let info = shared.upstream.server_info();
+    // Valkey 9 numbers a cluster's databases (`cluster-databases`, 1 by
+    // default) and answers a SELECT past them as out of range; Redis and
+    // older Valkey refuse any database but 0 in cluster mode.
+    if info.cluster && db != 0 && !info.is_at_least("valkey", 9, 0) {
         return r.error("ERR SELECT is not allowed in cluster mode");
     }
-    let dbs = i64::from(shared.upstream.server_info().databases);
+    let dbs = i64::from(info.databases);
     if db < 0 || db >= dbs || db > i64::from(u16::MAX) {
         return r.error("ERR DB index is out of range");
     }

@@ -25,10 +25,16 @@ impl Cluster {
     /// Like [`Cluster::start_with_replicas`], with a `cluster-node-timeout`
     /// (how long a dead master takes to be failed over).
     pub fn start_with(replicas: usize, node_timeout_ms: u32) -> Cluster {
+        Cluster::start_configured(replicas, node_timeout_ms, &[])
+    }
+
+    /// Like [`Cluster::start_with`], every node also given `extra`
+    /// (`--cluster-databases 16`).
+    pub fn start_configured(replicas: usize, node_timeout_ms: u32, extra: &[&str]) -> Cluster {
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend_from_slice(extra);
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|_| {
-                RedisServer::start_node(&["--repl-diskless-sync-delay", "0"], Some(node_timeout_ms))
-            })
+            .map(|_| RedisServer::start_node(&args, Some(node_timeout_ms)))
             .collect();
         let mut cmd = Command::new("redis-cli");
         cmd.arg("--cluster").arg("create");
