@@ -175,6 +175,19 @@ pub struct HotkeysArgs {
 /// Most `--prefix-stats` prefixes.
 pub const MAX_PREFIX_STATS: usize = 64;
 
+/// The bounds of `--hotkeys-capacity` and `--hotkeys-sample`, which the
+/// hot-key counters (metrics/hotkeys.rs) are built with.
+pub mod hotkeys_bounds {
+    /// Default counters per dimension (`--hotkeys-capacity`).
+    pub const DEFAULT_CAPACITY: usize = 256;
+    /// Default sampling: one lookup or write in this many (`--hotkeys-sample`).
+    pub const DEFAULT_SAMPLE: u32 = 32;
+    /// Largest `--hotkeys-capacity` (a replacement scans every count).
+    pub const MAX_CAPACITY: usize = 4096;
+    /// Largest `--hotkeys-sample`.
+    pub const MAX_SAMPLE: u32 = 1 << 20;
+}
+
 /// Default `--acl-max-users`.
 pub const DEFAULT_ACL_MAX_USERS: usize = 16;
 /// Default `--acl-user-connections`.

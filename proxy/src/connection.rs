@@ -42,19 +42,18 @@ use tracing::debug;
 
 use sidecache_l1::FillTicket;
 
+use crate::answer::{self, ClientState, Local};
 use crate::cmd::handling::{Handling, Merge};
-use crate::cmd::local::{self, ClientState, Local};
 use crate::cmd::table::lowercase;
 use crate::config::WriteMode;
-use crate::connection::flight::{Fetched, Flight, Joined};
 use crate::metrics::{ConnMetrics, Path};
-use crate::server::clients::{ClientEntry, NO_COMMAND};
-use crate::server::state::Shared;
+use crate::state::clients::{ClientEntry, NO_COMMAND};
+use crate::state::flight::{Fetched, Flight, Joined};
+use crate::state::Shared;
 
 mod blocking;
 mod cache;
 mod dispatch;
-pub mod flight;
 mod flush;
 mod replica;
 mod route;
@@ -184,7 +183,7 @@ enum Pending {
     },
     Info {
         upstream: Option<(u32, u32)>,
-        proxy: crate::metrics::info::Sections,
+        proxy: crate::report::info::Sections,
     },
     /// PUBLISH or PUBSUB NUMSUB forwarded: its counts adjusted for the
     /// hub's shared subscriptions (boxed: rare, and every pending entry
@@ -373,7 +372,7 @@ impl Client {
             proto: Proto::Resp2,
             authenticated: shared.config.requirepass.is_none(),
             entry,
-            reply: local::ReplyMode::On,
+            reply: answer::ReplyMode::On,
             tracking: Default::default(),
             user: None,
         };
@@ -534,11 +533,11 @@ impl Client {
         if first < end && !std::mem::take(&mut self.pushed) {
             self.silent.push(first..end);
         }
-        if let local::ReplyMode::Skip(n) = self.st.reply {
+        if let answer::ReplyMode::Skip(n) = self.st.reply {
             self.st.reply = if n <= 1 {
-                local::ReplyMode::On
+                answer::ReplyMode::On
             } else {
-                local::ReplyMode::Skip(n - 1)
+                answer::ReplyMode::Skip(n - 1)
             };
         }
     }

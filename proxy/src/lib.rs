@@ -1,29 +1,37 @@
 //! sidecache: a Redis-protocol caching sidecar proxy.
 //!
 //! # Layout
-//! - [`config`]: flags, env vars and TOML file merged into a validated [`config::Config`].
+//! Layers, bottom to top; a module imports only layers below its own
+//! (ARCHITECTURE.md, "Layers of proxy/src", and the architecture test):
 //! - [`credentials`]: where a rotating upstream secret comes from: an
 //!   ElastiCache IAM token from the AWS credential chain, or a password file.
-//! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown;
-//!   [`server::state`] is what all connections share (upstream, table, L1,
-//!   counters, clients); [`server::users`], the connection pools of the ACL
-//!   users clients authenticated as; [`server::stale`], what lost channels
-//!   leave served (`--l1-stale-if-error`); [`server::pause`], CLIENT PAUSE.
-//! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in order;
-//!   its `tx` part runs transactions (MULTI blocks, WATCH on a held connection),
-//!   its `flush::absorb` part sends again what a failure took that a cluster
-//!   client would absorb, and [`connection::flight`] coalesces concurrent L1
-//!   misses on one key.
-//! - [`cmd`]: the command table from upstream `COMMAND`, the override list of
-//!   how each command is handled, local commands, and merging split replies.
 //! - [`pubsub`]: shared upstream subscriptions fanned out to local
-//!   subscribers' bounded outboxes, and the MONITOR feed.
-//! - [`metrics`]: what an operator reads: per-command metrics kept off the
-//!   hot path, the Prometheus exporter reading every counter at scrape time
-//!   ([`metrics::export`]), the `/metrics`, `/healthz`, `/readyz` endpoint
-//!   ([`metrics::http`]), the proxy's own INFO sections ([`metrics::info`]),
-//!   and once-a-second warnings ([`metrics::watch`]: topology changes,
-//!   retries, tracking loss).
+//!   subscribers' bounded outboxes, the MONITOR feed, and the CLIENT
+//!   TRACKING table.
+//! - [`cmd`]: the command table from upstream `COMMAND`, how each command is
+//!   handled, which commands are answered locally ([`cmd::local::Local`]),
+//!   and merging split replies.
+//! - [`config`]: flags, env vars and TOML file merged into a validated
+//!   [`config::Config`], with the bounds it checks.
+//! - [`metrics`]: counters kept off the hot path: per-command metrics, the
+//!   proxy's own [`metrics::stats`], hot keys and per-prefix figures.
+//! - [`state`]: what all connections share (upstream, table, L1 and its
+//!   fetches in flight ([`state::flight`]), counters, the client registry
+//!   ([`state::clients`])); [`state::users`], the connection pools of the ACL
+//!   users clients authenticated as; [`state::stale`], what lost channels
+//!   leave served (`--l1-stale-if-error`); [`state::pause`], CLIENT PAUSE.
+//! - [`answer`]: the commands sidecache answers itself (PING, HELLO, AUTH,
+//!   CLIENT …, SIDECACHE), run against the shared state.
+//! - [`report`]: what an operator reads: the Prometheus exporter reading
+//!   every counter at scrape time ([`report::export`]), the `/metrics`,
+//!   `/healthz`, `/readyz` endpoint ([`report::http`]), the proxy's own INFO
+//!   sections ([`report::info`]), and once-a-second warnings
+//!   ([`report::watch`]: topology changes, retries, tracking loss).
+//! - [`connection`]: one client: parse, dispatch, pipeline upstream, reply in
+//!   order; its `tx` part runs transactions (MULTI blocks, WATCH on a held
+//!   connection), its `flush::absorb` part sends again what a failure took
+//!   that a cluster client would absorb.
+//! - [`server`]: TCP and Unix listeners, client limit, graceful shutdown.
 //! - [`top`]: `sidecache top`, a client of that endpoint: a terminal view of
 //!   a running sidecache, refreshed every second.
 //!
@@ -32,13 +40,16 @@
 //! `sidecache-resp`; the cache in `sidecache-l1`; what is cacheable and when it is invalidated
 //! is decided here, in [`connection`]. This crate is the only one that sees clients.
 
+pub mod answer;
 pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod credentials;
 pub mod metrics;
 pub mod pubsub;
+pub mod report;
 pub mod server;
+pub mod state;
 pub mod top;
 
 use std::sync::Arc;
@@ -46,9 +57,9 @@ use std::sync::Arc;
 use sidecache_pool::{Session, Target, Upstream};
 
 pub use config::{Config, Options};
-pub use server::state::Shared;
 pub use server::{run, Listeners};
 use sidecache_resp::frame::Value;
+pub use state::Shared;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -90,21 +101,21 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         engine = upstream.server_info().engine(),
         version = upstream.server_info().engine_version(),
         masters = ?masters,
-        slots_uncovered = metrics::export::uncovered_slots(&topo),
+        slots_uncovered = report::export::uncovered_slots(&topo),
         "upstream ready"
     );
     let shared = Arc::new(Shared::new(upstream, table, config));
     shared
         .upstream
         .write_behind()
-        .set_listener(Arc::new(server::state::InvalidateOnFailure(
-            Arc::downgrade(&shared),
-        )));
+        .set_listener(Arc::new(state::InvalidateOnFailure(Arc::downgrade(
+            &shared,
+        ))));
     shared
         .upstream
-        .set_coherence_listener(Arc::new(server::state::FollowInvalidations(
-            Arc::downgrade(&shared),
-        )));
+        .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(
+            &shared,
+        ))));
     tokio::spawn(pubsub::tracking::Tracked::report_expiries(
         Arc::downgrade(&shared),
         |s: &Shared| &s.tracked,

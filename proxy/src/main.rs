@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser as _;
 use sidecache::config::LogFormat;
-use sidecache::metrics::export::Exporter;
+use sidecache::report::export::Exporter;
 use sidecache::{Config, Listeners, Options};
 use sidecache_pool::write_behind::journal::Journal;
 use tokio_util::sync::CancellationToken;
@@ -107,7 +107,7 @@ async fn start(config: Config) -> anyhow::Result<()> {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
-                tokio::spawn(sidecache::metrics::http::serve(
+                tokio::spawn(sidecache::report::http::serve(
                     listener,
                     Arc::clone(&exporter),
                     http_stop.clone(),

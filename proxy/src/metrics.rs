@@ -1,10 +1,11 @@
 //! Metrics kept by the proxy itself, and how they stay off the hot path.
 //!
 //! Most figures already exist as relaxed atomic counters owned by the part
-//! that updates them ([`crate::server::state::Stats`], the L1's stats, the pool's
-//! write-behind stats); [`export`] reads them at scrape time and nothing
-//! counts them twice. What only a client connection knows — commands by name
-//! and outcome, and the latency clients see — is counted here:
+//! that updates them ([`stats::Stats`], the L1's stats, the pool's
+//! write-behind stats); the report layer above (`report/export.rs`) reads
+//! them at scrape time and nothing counts them twice. What only a client
+//! connection knows — commands by name and outcome, and the latency clients
+//! see — is counted here:
 //!
 //! - **handles resolved once**: a command's counters are an index
 //!   ([`crate::cmd::table::CommandInfo::id`]) into a fixed array of atomics
@@ -19,14 +20,11 @@
 //! figures cost nothing until scraped).
 //!
 //! Every exported metric is listed once, with its help text, in
-//! [`export::FAMILIES`].
+//! `report/export.rs`'s `FAMILIES`.
 
-pub mod export;
 pub mod hotkeys;
-pub mod http;
-pub mod info;
 pub mod prefix;
-pub mod watch;
+pub mod stats;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +33,7 @@ use std::time::Instant;
 
 use sidecache_pool::cluster::topology::Topology;
 
-use crate::cmd::local::name::Local;
+use crate::cmd::local::Local;
 use crate::cmd::table::CommandTable;
 use prefix::{PrefixStats, PrefixTally};
 

@@ -2,12 +2,6 @@
 //! and graceful shutdown: stop accepting, let connections finish the batch
 //! in hand, close the pools, all under `--shutdown-timeout`.
 
-pub mod clients;
-pub mod pause;
-pub mod stale;
-pub mod state;
-pub mod users;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -26,7 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::connection;
-use crate::server::state::Shared;
+use crate::state::Shared;
 
 /// Why a listener could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +123,7 @@ pub async fn run(
         .map(|a| a.to_string())
         .unwrap_or_default();
     info!(listen = %laddr, unix = ?listeners.unix.as_ref().map(|u| &u.1), "sidecache ready");
-    let watch = tokio::spawn(crate::metrics::watch::run(
+    let watch = tokio::spawn(crate::report::watch::run(
         Arc::clone(&shared),
         cancel.clone(),
     ));

@@ -343,7 +343,7 @@ fn bytes_of(prefixes: &[String]) -> Vec<Vec<u8>> {
 
 /// `--hotkeys-capacity`, `--hotkeys-sample` and `--prefix-stats`.
 pub(super) fn hotkeys(o: &Options) -> Result<(usize, u32, Vec<Vec<u8>>), ConfigError> {
-    use crate::metrics::hotkeys::{DEFAULT_CAPACITY, DEFAULT_SAMPLE, MAX_CAPACITY, MAX_SAMPLE};
+    use super::hotkeys_bounds::{DEFAULT_CAPACITY, DEFAULT_SAMPLE, MAX_CAPACITY, MAX_SAMPLE};
     let capacity = o.hotkeys_capacity.unwrap_or(DEFAULT_CAPACITY);
     if capacity > MAX_CAPACITY {
         return Err(err(

@@ -25,8 +25,8 @@ use super::{Client, Fetch, Inval, MgetItem, Pending};
 pub(super) mod reads;
 use crate::cmd::handling::{Handling, Invalidation};
 use crate::cmd::table::CommandInfo;
-use crate::connection::flight::Role;
-use crate::server::stale::Serve;
+use crate::state::flight::Role;
+use crate::state::stale::Serve;
 
 /// Whether a command may change data (or holds commands that may): fills
 /// queued before it must be answered first.
@@ -286,7 +286,7 @@ impl Client {
     }
 
     /// A hit while a master is out of reach under `--l1-stale-if-error`
-    /// (`crate::server::stale`): served and counted inside its window, a
+    /// (`crate::state::stale`): served and counted inside its window, a
     /// miss once the window's time is up.
     #[cold]
     fn stale_hit(&self, key: &[u8], lookup: Lookup, now: std::time::Instant) -> Lookup {

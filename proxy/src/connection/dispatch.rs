@@ -8,13 +8,13 @@ use sidecache_resp::encode;
 use sidecache_resp::request::Request;
 
 use super::{blocking, subscribed, Client, Flow, Inval, Pending, Receivers};
+use crate::answer::{self, Local, Outcome};
 use crate::cmd::handling::{Handling, Merge};
-use crate::cmd::local::{self, Local, Outcome};
 use crate::cmd::table::CommandInfo;
 
 impl Client {
     /// Whether a request may change data, as `CLIENT PAUSE WRITE` tells
-    /// (`crate::server::pause`): `write` or `may_replicate` in the
+    /// (`crate::state::pause`): `write` or `may_replicate` in the
     /// upstream's table, and `EXEC`. Asked only while a pause is on.
     pub(super) fn writes(&self, req: &Request) -> bool {
         req.args
@@ -80,7 +80,7 @@ impl Client {
         }
         let verified = verify_credentials(&self.shared, cmd, args).await;
         let start = self.scratch.len();
-        let outcome = local::run(
+        let outcome = answer::run(
             cmd,
             args,
             &mut self.st,
@@ -175,7 +175,7 @@ impl Client {
             // slots first (CROSSSLOT); one Redis, which the proxy presents,
             // refuses the arity.
             Handling::Split(Merge::AllOk) if cluster && args.len().is_multiple_of(2) => {
-                self.local_reply(|r| local::arity_error(r, "mset"));
+                self.local_reply(|r| answer::arity_error(r, "mset"));
             }
             _ if std::mem::take(&mut self.script_fill) => {
                 let alone = self.script_on_fill_lane(req, inval).await;
@@ -351,25 +351,25 @@ impl Client {
 }
 
 /// AUTH or HELLO … AUTH with credentials only the upstream can check
-/// (an ACL user; see `server/users.rs`): the upstream's verdict, from
+/// (an ACL user; see `state/users.rs`): the upstream's verdict, from
 /// a handshake as that user. `None` for anything else.
 async fn verify_credentials(
-    shared: &crate::server::state::Shared,
+    shared: &crate::state::Shared,
     cmd: Local,
     args: &[Bytes],
-) -> Option<local::Verified> {
-    let (user, pass) = local::credentials(cmd, args)?;
+) -> Option<answer::Verified> {
+    let (user, pass) = answer::credentials(cmd, args)?;
     let user = user.map(|u| &u[..]);
     let users = &shared.users;
     let requirepass = shared.config.requirepass.as_deref();
-    if crate::server::users::check(user, pass, requirepass, users.enabled())
-        != crate::server::users::Check::Upstream
+    if crate::state::users::check(user, pass, requirepass, users.enabled())
+        != crate::state::users::Check::Upstream
     {
         return None;
     }
     Some(match users.login(&shared.upstream, user, pass).await {
-        Ok(login) => local::Verified::Accepted(login),
-        Err(e) => local::Verified::Refused(e),
+        Ok(login) => answer::Verified::Accepted(login),
+        Err(e) => answer::Verified::Refused(e),
     })
 }
 

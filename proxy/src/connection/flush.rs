@@ -17,7 +17,7 @@ use sidecache_resp::frame::{self, Value};
 
 use super::{Client, Fetch, MgetItem, Pending};
 use crate::cmd::merge;
-use crate::connection::flight::{self, Fetched};
+use crate::state::flight::{self, Fetched};
 
 mod absorb;
 mod combined;

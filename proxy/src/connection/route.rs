@@ -8,8 +8,8 @@ use sidecache_resp::encode::{self, put_header};
 use sidecache_resp::request::Request;
 
 use super::{Client, Flow, Inval, Part, Pending, SCAN_SHARD_BITS};
+use crate::answer;
 use crate::cmd::handling::Merge;
-use crate::cmd::local;
 use crate::cmd::route::{self, Route};
 
 impl Client {
@@ -128,7 +128,7 @@ impl Client {
             .and_then(|c| c.parse::<u64>().ok());
         let Some(cursor) = cursor else {
             if args.len() < 2 {
-                return self.local_reply(|r| local::arity_error(r, "scan"));
+                return self.local_reply(|r| answer::arity_error(r, "scan"));
             }
             return self.local_reply(|r| r.error("ERR invalid cursor"));
         };
@@ -155,7 +155,7 @@ impl Client {
         });
     }
     pub(super) fn info(&mut self, req: &Request) {
-        let (proxy, upstream) = crate::metrics::info::Sections::select(&req.args[1..]);
+        let (proxy, upstream) = crate::report::info::Sections::select(&req.args[1..]);
         let upstream = upstream.then(|| self.enqueue(0, &req.raw));
         self.pending.push(Pending::Info { upstream, proxy });
     }

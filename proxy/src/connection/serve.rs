@@ -3,7 +3,7 @@
 //! idle timeout and shutdown.
 
 use super::*;
-use crate::server::clients::Activity;
+use crate::state::clients::Activity;
 
 /// A client stream: TCP or Unix.
 ///
@@ -79,7 +79,7 @@ pub async fn serve<S>(
                     } else {
                         client.dispatch(&req).await
                     };
-                    if client.st.reply != local::ReplyMode::On {
+                    if client.st.reply != answer::ReplyMode::On {
                         // A flush during the dispatch answered what was
                         // before it: this command's entries start at 0.
                         let first = if client.answered == answered {
@@ -246,7 +246,7 @@ impl Drop for Client {
     }
 }
 
-/// CLIENT PAUSE holds `req` (`crate::server::pause`): what came before it
+/// CLIENT PAUSE holds `req` (`crate::state::pause`): what came before it
 /// is answered first, then it waits for the pause to end. `Err`: the
 /// client is gone.
 #[cold]

@@ -24,7 +24,7 @@ use sidecache_resp::request::Request;
 use tokio::sync::mpsc;
 
 use super::{Client, Pending};
-use crate::cmd::local;
+use crate::answer;
 use crate::cmd::route::{self, Route};
 use crate::pubsub::{Delivery, Kind, Outbox};
 
@@ -156,7 +156,7 @@ impl Client {
     pub(super) async fn pubsub(&mut self, kind: Kind, sub: bool, lname: &[u8], args: &[Bytes]) {
         if sub && args.len() < 2 {
             let name = String::from_utf8_lossy(lname).into_owned();
-            self.local_reply(|r| local::arity_error(r, &name));
+            self.local_reply(|r| answer::arity_error(r, &name));
             return;
         }
         // What came before is resolved first: a PUBLISH sent before this
@@ -166,7 +166,7 @@ impl Client {
         }
         let before = self.in_pubsub();
         // Consumed by `silence_from` right after this command.
-        self.pushed = self.st.reply != local::ReplyMode::On;
+        self.pushed = self.st.reply != answer::ReplyMode::On;
         if sub {
             self.subscribe(kind, args).await;
         } else {

@@ -40,7 +40,7 @@ use sidecache_resp::request::Request;
 use super::{Client, Flow, Inval, Pending};
 
 mod run;
-use crate::cmd::local::{self, Local, Outcome};
+use crate::answer::{self, Local, Outcome};
 use crate::pubsub::Kind;
 
 /// The reply Redis gives EXEC after a queue-time error.
@@ -164,7 +164,7 @@ impl Client {
                     self.end_session(false);
                     self.flush().await;
                     let start = self.scratch.len();
-                    let outcome = local::run(
+                    let outcome = answer::run(
                         cmd,
                         &req.args,
                         &mut self.st,
@@ -365,7 +365,7 @@ impl Client {
     async fn select_while_watching(&mut self, req: &Request) {
         self.flush().await;
         let start = self.scratch.len();
-        local::run(
+        answer::run(
             Local::Select,
             &req.args,
             &mut self.st,

@@ -15,7 +15,7 @@ use sidecache_pool::{Slot, Write};
 
 use super::Client;
 use crate::cmd::write::{self, Expiry, WritePlan};
-use crate::server::state::Shared;
+use crate::state::Shared;
 
 /// Pairs bound for one node and slot: (node index, slot, (key, value) indexes).
 type Group = (usize, Option<Slot>, write::Pairs);

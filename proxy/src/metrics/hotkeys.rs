@@ -5,8 +5,8 @@
 //! It owns the sketch ([`SpaceSaving`]), the shared [`HotKeys`] and the
 //! per-connection sampler ([`Sampler`]); it does not own where it is fed
 //! (`connection/cache.rs`, `connection/write.rs`) nor how it is shown
-//! (`SIDECACHE HOTKEYS` in `cmd/local.rs`, `/debug/hotkeys` in
-//! `metrics/http.rs`, the `sidecache hotkeys` subcommand in `main.rs`).
+//! (`SIDECACHE HOTKEYS` in `answer/sidecache.rs`, `/debug/hotkeys` in
+//! `report/http.rs`, the `sidecache hotkeys` subcommand in `main.rs`).
 //!
 //! **Cost.** A connection counts down to its next sample in a plain
 //! integer: an unsampled lookup costs a decrement and a test for zero,
@@ -29,14 +29,9 @@ pub mod cli;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Default counters per dimension (`--hotkeys-capacity`).
-pub const DEFAULT_CAPACITY: usize = 256;
-/// Default sampling: one lookup or write in this many (`--hotkeys-sample`).
-pub const DEFAULT_SAMPLE: u32 = 32;
-/// Largest `--hotkeys-capacity` (a replacement scans every count).
-pub const MAX_CAPACITY: usize = 4096;
-/// Largest `--hotkeys-sample`.
-pub const MAX_SAMPLE: u32 = 1 << 20;
+pub use crate::config::hotkeys_bounds::{
+    DEFAULT_CAPACITY, DEFAULT_SAMPLE, MAX_CAPACITY, MAX_SAMPLE,
+};
 
 /// What the keys are ranked by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

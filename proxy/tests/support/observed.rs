@@ -42,9 +42,9 @@ impl Observed {
             .await
             .unwrap();
         let http = http_listener.local_addr().unwrap();
-        let exporter = std::sync::Arc::new(sidecache::metrics::export::Exporter::new());
+        let exporter = std::sync::Arc::new(sidecache::report::export::Exporter::new());
         let http_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(sidecache::metrics::http::serve(
+        tokio::spawn(sidecache::report::http::serve(
             http_listener,
             std::sync::Arc::clone(&exporter),
             http_stop.clone(),

@@ -89,7 +89,7 @@ impl Client {
                 .read_at(db, key, |sig| reads::matches(sig, id, &req.args), now);
         if self.shared.stale.active()
             && matches!(lookup, ReadLookup::Hit(..))
-            && self.shared.stale.check(key, now) == crate::server::stale::Serve::Expired
+            && self.shared.stale.check(key, now) == crate::state::stale::Serve::Expired
         {
             lookup = ReadLookup::Miss;
         }

@@ -54,7 +54,7 @@ impl Client {
     pub(super) async fn reply_info(
         &mut self,
         upstream: Option<(u32, u32)>,
-        proxy: crate::metrics::info::Sections,
+        proxy: crate::report::info::Sections,
         proto: Proto,
     ) {
         let body = match upstream {
@@ -71,12 +71,12 @@ impl Client {
             Err(e) => e.write_reply(&mut self.wbuf),
             Ok(body) => {
                 let mut text =
-                    crate::metrics::info::render(&self.shared, &self.topo, proxy).into_bytes();
+                    crate::report::info::render(&self.shared, &self.topo, proxy).into_bytes();
                 if let Some(b) = body {
                     if !proxy.is_empty() && !b.is_empty() {
                         text.extend_from_slice(b"\r\n");
                     }
-                    crate::metrics::info::append_as_standalone(&b, &mut text);
+                    crate::report::info::append_as_standalone(&b, &mut text);
                 }
                 Reply {
                     out: &mut self.wbuf,

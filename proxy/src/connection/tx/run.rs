@@ -14,7 +14,7 @@ use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 
 use super::{Deferred, End, Held, TxBlock, TxPending, EXECABORT};
-use crate::cmd::local::{self, Local};
+use crate::answer::{self, Local};
 use crate::connection::{Client, Pending};
 
 impl Client {
@@ -509,7 +509,7 @@ impl Client {
             let mut out = BytesMut::new();
             match cmd {
                 Deferred::Local(cmd, args) => {
-                    local::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
+                    answer::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
                 }
                 // One frame per name, all in its one place: EXEC's array
                 // counts commands, not frames, as on Redis.
@@ -523,7 +523,7 @@ impl Client {
         for (at, args) in selects {
             if items.get(*at).is_some_and(|i| i.first() == Some(&b'+')) {
                 let mut out = BytesMut::new();
-                local::run(
+                answer::run(
                     Local::Select,
                     args,
                     &mut self.st,

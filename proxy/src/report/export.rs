@@ -18,7 +18,7 @@ use sidecache_pool::cluster::slot::SLOT_COUNT;
 use sidecache_pool::cluster::topology::Topology;
 use sidecache_pool::Slot;
 
-use crate::server::state::Shared;
+use crate::state::Shared;
 
 mod collect;
 use collect::collect_shared;

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use sidecache_pool::cluster::topology::Topology;
 
 use crate::config::WriteMode;
-use crate::metrics::export::uncovered_slots;
-use crate::server::state::Shared;
+use crate::report::export::uncovered_slots;
+use crate::state::Shared;
 
 /// Which of the proxy's sections to render.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! its idle connections close then), and the counters. Not: sending
 //! commands on those connections (`sidecache_pool::Upstream::submit_as`,
 //! used by `connection/flush.rs`), nor the AUTH and HELLO replies
-//! (`cmd/local.rs`).
+//! (`answer.rs`).
 //!
 //! A pool is per user *and password*: each AUTH is checked upstream on a
 //! fresh connection of that pool (so a password removed since, or a user

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{uncovered_slots, Out};
 use crate::metrics::{Path, LATENCY_BOUNDS_NS};
-use crate::server::state::Shared;
+use crate::state::Shared;
 
 /// Every figure read from `Shared`, section by section.
 pub(super) fn collect_shared(s: &Shared, o: &mut Out) {

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::metrics::export::Exporter;
+use crate::report::export::Exporter;
 
 /// Serves the endpoint on `listener` until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, exporter: Arc<Exporter>, stop: CancellationToken) {

@@ -20,8 +20,8 @@ use sidecache_resp::encode::Reply;
 use sidecache_resp::int::parse_i64;
 
 use super::{ClientState, Outcome};
-use crate::server::clients::ClientEntry;
-use crate::server::state::Shared;
+use crate::state::clients::ClientEntry;
+use crate::state::Shared;
 
 /// What selects the clients to kill.
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use sidecache_resp::int::parse_i64;
 
 use super::arity_error;
 use crate::metrics::hotkeys::Dimension;
-use crate::server::state::Shared;
+use crate::state::Shared;
 
 /// Default `COUNT` of SIDECACHE HOTKEYS.
 const DEFAULT_COUNT: usize = 10;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::metrics::export::uncovered_slots;
-use crate::server::state::Shared;
+use crate::report::export::uncovered_slots;
+use crate::state::Shared;
 
 /// How often the watch looks.
 pub const PERIOD: Duration = Duration::from_secs(1);

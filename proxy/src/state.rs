@@ -1,5 +1,15 @@
 //! State shared by all connections: the upstream, the command table, limits,
-//! counters and the client registry (for CLIENT LIST).
+//! counters, the L1 and its fetches in flight, the client registry (for
+//! CLIENT LIST and KILL), ACL users' pools, CLIENT PAUSE and what lost
+//! invalidation channels leave served. Everything above this layer
+//! (local commands, reports, connections, listeners) reads it; nothing here
+//! reaches up to them.
+
+pub mod clients;
+pub mod flight;
+pub mod pause;
+pub mod stale;
+pub mod users;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,55 +20,12 @@ use bytes::Bytes;
 use sidecache_l1::L1;
 use sidecache_pool::Upstream;
 
-use crate::connection::flight::Flights;
-use crate::metrics::Metrics;
-use crate::server::clients::ClientEntry;
-
 use crate::cmd::table::CommandTable;
 use crate::config::Config;
-
-/// Counters, updated without locks (relaxed atomics, once per batch).
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Connections accepted.
-    pub connections_received: AtomicU64,
-    /// Connections refused by `--maxclients`.
-    pub rejected_connections: AtomicU64,
-    /// Commands processed.
-    pub commands: AtomicU64,
-    /// Commands answered with an upstream error.
-    pub upstream_errors: AtomicU64,
-    /// Requests that could not be parsed (the client is disconnected).
-    pub protocol_errors: AtomicU64,
-    /// Transactions.
-    pub tx: TxStats,
-    /// Blocking commands.
-    pub blocking: BlockingStats,
-    /// Client tasks that panicked (each closed its client alone).
-    pub client_panics: AtomicU64,
-}
-
-/// Blocking-command counters.
-#[derive(Debug, Default)]
-pub struct BlockingStats {
-    /// Clients blocked now.
-    pub blocked: std::sync::atomic::AtomicUsize,
-    /// Blocked commands unblocked upstream because their client left.
-    pub unblocked_gone: AtomicU64,
-}
-
-/// Transaction counters (EXEC and DISCARD outcomes).
-#[derive(Debug, Default)]
-pub struct TxStats {
-    /// EXECs that ran (an array reply).
-    pub executed: AtomicU64,
-    /// EXECs aborted by a queue-time error (`-EXECABORT`) or failed.
-    pub aborted: AtomicU64,
-    /// EXECs that ran nothing because a WATCHed key changed (nil reply).
-    pub watch_failed: AtomicU64,
-    /// Transactions ended with DISCARD.
-    pub discarded: AtomicU64,
-}
+use crate::metrics::stats::Stats;
+use crate::metrics::Metrics;
+use crate::state::clients::ClientEntry;
+use crate::state::flight::Flights;
 
 /// Everything connections share.
 #[derive(Debug)]
@@ -86,11 +53,11 @@ pub struct Shared {
     /// CLIENT TRACKING: which client follows which key.
     pub tracked: crate::pubsub::tracking::Tracked,
     /// The connection pools of ACL users clients authenticated as.
-    pub users: crate::server::users::Users,
+    pub users: crate::state::users::Users,
     /// `--l1-stale-if-error`: what lost channels left served.
-    pub stale: crate::server::stale::Stale,
+    pub stale: crate::state::stale::Stale,
     /// CLIENT PAUSE.
-    pub pause: crate::server::pause::Pause,
+    pub pause: crate::state::pause::Pause,
     /// `CLIENT SIDECACHE-TEST-PANIC` panics (SIDECACHE_TEST_PANIC=1 at
     /// start; for the panic-isolation test only).
     pub test_panic: bool,
@@ -109,9 +76,9 @@ impl Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
             tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
-            stale: crate::server::stale::Stale::new(config.l1_stale_if_error),
-            pause: crate::server::pause::Pause::default(),
-            users: crate::server::users::Users::new(
+            stale: crate::state::stale::Stale::new(config.l1_stale_if_error),
+            pause: crate::state::pause::Pause::default(),
+            users: crate::state::users::Users::new(
                 config.acl_max_users,
                 config.acl_user_connections,
             ),
@@ -210,7 +177,7 @@ impl Shared {
     }
 
     /// Closes the stale windows of `node` (`None`: all), or window `id`,
-    /// dropping what they covered (`crate::server::stale`).
+    /// dropping what they covered (`crate::state::stale`).
     pub fn close_stale(&self, node: Option<&sidecache_pool::NodeAddr>, id: Option<u64>) {
         let gone = self.stale.close(node, id);
         if gone.is_empty() {
@@ -372,7 +339,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
             Covered::Slots(owned) => {
                 shared
                     .l1
-                    .invalidate_where(|_, key| crate::server::stale::slot_in(&owned, key));
+                    .invalidate_where(|_, key| crate::state::stale::slot_in(&owned, key));
                 shared.flights.forget_all();
                 // Tracking clients cannot be told which keys: everything.
                 shared.tracked.flush();
@@ -381,7 +348,7 @@ impl sidecache_pool::coherence::tracking::CoherenceListener for FollowInvalidati
     }
 
     /// With `--l1-stale-if-error`, a lost channel's entries stay, served
-    /// for a bounded time (`crate::server::stale`); else they go.
+    /// for a bounded time (`crate::state::stale`); else they go.
     fn lost(&self, node: Option<&sidecache_pool::NodeAddr>) {
         let Some(shared) = self.0.upgrade() else {
             return;
@@ -431,7 +398,7 @@ enum Covered {
 }
 
 /// Watches stale window `id` until it closes: asks for a slot-map refresh
-/// every [`crate::server::stale::REFRESH_EVERY`] (the install of a new
+/// every [`crate::state::stale::REFRESH_EVERY`] (the install of a new
 /// master drops the window), and closes it at `until`, dropping what it
 /// covered.
 async fn watch_stale(shared: std::sync::Weak<Shared>, id: u64, until: Instant) {
@@ -440,7 +407,7 @@ async fn watch_stale(shared: std::sync::Weak<Shared>, id: u64, until: Instant) {
         if now >= until {
             break;
         }
-        tokio::time::sleep(crate::server::stale::REFRESH_EVERY.min(until - now)).await;
+        tokio::time::sleep(crate::state::stale::REFRESH_EVERY.min(until - now)).await;
         let Some(s) = shared.upgrade() else {
             return;
         };
