@@ -520,3 +520,62 @@ async fn cluster_tracking_clients_hear_of_every_master() {
     }
     proxy.stop().await;
 }
+
+/// A tracking client's scripts, another client writing directly to Redis:
+/// what the tracking client was told after each write.
+async fn script_scenario(addr: &str, writer: &str) -> Vec<String> {
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    assert_eq!(one(&mut t, "CLIENT TRACKING on").await, "+OK\r\n");
+    one(&mut w, "MSET key1{t} 1 key2{t} 1").await;
+    let mut seen = Vec::new();
+    for (script, write) in [
+        // Reads nothing: nothing is followed.
+        (
+            "EVAL redis.call('set','key3{t}','bar') 2 key1{t} key2{t}",
+            "MSET key2{t} 2 key1{t} 2",
+        ),
+        // Reads key2 only: Redis 7.0 follows both keys it declares, Redis
+        // 7.2 and Valkey only key2.
+        (
+            "EVAL redis.call('get','key2{t}') 2 key1{t} key2{t}",
+            "MSET key2{t} 2 key3{t} 2",
+        ),
+        (
+            "EVAL_RO redis.call('ping') 2 key1{t} key2{t}",
+            "MSET key1{t} 2 key2{t} 2",
+        ),
+        (
+            "EVAL_RO return(redis.call('get',KEYS[1])) 2 key1{t} key2{t}",
+            "MSET key1{t} 3 key2{t} 3",
+        ),
+    ] {
+        one(&mut t, script).await;
+        one(&mut w, write).await;
+        seen.push(arrived(&mut t, WAIT).await);
+    }
+    seen
+}
+
+/// Which keys a script leaves followed for a tracking client is the
+/// server's rule: every declared key once the script reads (Redis 7.0),
+/// or only the keys its reads read (Redis 7.2, Valkey); a script that reads
+/// nothing leaves nothing. Side by side with a direct client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_leave_followed_what_the_server_would() {
+    let redis = RedisServer::start(&[]);
+    let direct = script_scenario(&redis.addr(), &redis.addr()).await;
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let through = script_scenario(&proxy.addr.to_string(), &redis.addr()).await;
+    for (i, (d, p)) in direct.iter().zip(&through).enumerate() {
+        assert_eq!(
+            messages(p),
+            messages(d),
+            "step {i}: sidecache {p:?}, server {d:?}"
+        );
+    }
+    assert_eq!(direct[0], "", "a script that read nothing");
+    assert!(direct[1].contains(&push("key2{t}")), "{direct:?}");
+    proxy.stop().await;
+}

@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 
 use super::{Client, Inval, Pending};
 use crate::pubsub::tracking::Sink;
+use crate::state::Shared;
 
 /// Commands that run a script or a function with declared keys.
 const SCRIPTS: &[&str] = &[
@@ -29,6 +30,24 @@ fn script_may_read(name: &str, args: &[Bytes], table: &crate::cmd::table::Comman
         ("eval" | "eval_ro", Some(body)) => crate::cmd::script::may_read(body, table),
         _ => true,
     }
+}
+
+/// The declared keys (indexes into `keys`, EVAL's key arguments) an EVAL's
+/// script reads, where the upstream follows only those: Redis 7.2 and
+/// Valkey track the keys the script's reads read, Redis 7.0 every key the
+/// script declares once it reads (`None`: all of them, also when the
+/// script's text does not show which).
+fn script_reads(name: &str, args: &[Bytes], keys: &[usize], shared: &Shared) -> Option<Vec<usize>> {
+    let body = match name {
+        "eval" | "eval_ro" => args.get(1)?,
+        _ => return None,
+    };
+    let info = shared.upstream.server_info();
+    if !info.is_at_least("valkey", 7, 2) && !info.is_at_least("redis", 7, 2) {
+        return None;
+    }
+    let declared: SmallVec<[&[u8]; 4]> = keys.iter().map(|&i| &args[i][..]).collect();
+    crate::cmd::script::read_keys(body, &shared.table, &declared)
 }
 
 /// A tracking client's script on a fill lane: its reply at `idx` of fill
@@ -134,6 +153,16 @@ impl Client {
         if script {
             if self.keys.is_empty() || !script_may_read(&info.name, &req.args, &shared.table) {
                 return;
+            }
+            if let Some(read) = script_reads(&info.name, &req.args, &self.keys, &shared) {
+                let mut at = 0;
+                self.keys.retain(|_| {
+                    at += 1;
+                    read.contains(&(at - 1))
+                });
+                if self.keys.is_empty() {
+                    return;
+                }
             }
             self.script_fill = self.optin && !in_tx && self.st.user.is_none();
         }

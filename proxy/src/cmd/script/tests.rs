@@ -56,3 +56,38 @@ fn scripts_that_call_no_read_are_told_apart() {
         assert!(may_read(s.as_bytes(), &t), "{s}");
     }
 }
+
+fn reads(script: &str, declared: &[&str]) -> Option<Vec<usize>> {
+    let d: Vec<&[u8]> = declared.iter().map(|k| k.as_bytes()).collect();
+    read_keys(script.as_bytes(), &table(), &d)
+}
+
+#[test]
+fn the_keys_a_script_reads_are_found_where_its_text_shows_them() {
+    let two = ["key1{t}", "key2{t}"];
+    // Valkey's unit/tracking: only the key the read reads.
+    assert_eq!(reads("server.call('get', 'key2{t}')", &two), Some(vec![1]));
+    assert_eq!(
+        reads("return redis.call('GET', KEYS[1])", &two),
+        Some(vec![0])
+    );
+    assert_eq!(
+        reads(
+            "local a = redis.call('get', KEYS[2]) redis.call('set', KEYS[1], a)",
+            &two
+        ),
+        Some(vec![1])
+    );
+    // No read, or a read of a key not declared: nothing declared is read.
+    assert_eq!(reads("server.call('ping')", &two), Some(vec![]));
+    assert_eq!(
+        reads("server.call('set', 'key3{t}', 'bar')", &two),
+        Some(vec![])
+    );
+    assert_eq!(reads("redis.call('get', 'other')", &two), Some(vec![]));
+    // What the text does not show: every declared key counts.
+    assert_eq!(reads("redis.call('get', k)", &two), None);
+    assert_eq!(reads("redis.call(cmd, KEYS[1])", &two), None);
+    assert_eq!(reads("redis.call('nosuch', KEYS[1])", &two), None);
+    assert_eq!(reads("redis.call('get', KEYS[1]", &two), None);
+}
