@@ -127,7 +127,9 @@ for t in $TESTS; do
   callgrind_annotate --inclusive=yes "$f" >"$OUT/annotate-$t.txt" 2>/dev/null || true
   part() { { grep -F "$1" "$OUT/annotate-$t.txt" || true; } | head -1 | awk -v n="$N" '{gsub(",", "", $1); printf "%.0f", $1 / n}'; }
   conn="$(part 'connection::serve::serve::{{closure}} [')"
-  batcher="$(part 'write_behind::batcher::spawn::{{closure}} [')"
+  # (write_behind::batcher in builds before pool's tasks/ layer)
+  batcher="$(part 'tasks::write_batcher::spawn::{{closure}} [')"
+  [[ -n "$batcher" ]] || batcher="$(part 'write_behind::batcher::spawn::{{closure}} [')"
   printf '%-5s %12s instructions: %6.0f per request; connection task %6s, write-behind batcher %6s\n' \
     "$t" "$ir" "$(awk -v a="$ir" -v n="$N" 'BEGIN {print a / n}')" "${conn:-0}" "${batcher:-0}"
   [[ "$ANNOTATE" == 1 ]] || rm -f "$OUT/annotate-$t.txt"

@@ -10,7 +10,7 @@
 //! connections: each kind of long-lived connection re-authenticates itself
 //! every [`Auth::reauth_interval`] with the cached secret (`conn/mux.rs`:
 //! every multiplexed connection, so the shared, control, tracking and
-//! write-behind ones; `coherence/peer.rs`: the peer channel), or is not
+//! write-behind ones; `tasks/peer_subscriber.rs`: the peer channel), or is not
 //! reused past it (`conn/session.rs`: held connections).
 //!
 //! ```text

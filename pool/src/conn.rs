@@ -8,5 +8,4 @@ pub mod control;
 pub mod health;
 pub mod mux;
 pub mod node;
-pub mod replica_state;
 pub mod session;

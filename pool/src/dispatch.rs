@@ -1,20 +1,21 @@
-//! What the write-behind batchers and the peer channel need of the
-//! upstream, as a narrow interface the upstream router implements: they
-//! sit below it (`upstream.rs` starts them) and reach it only through
-//! [`Dispatch`], so no module below the router depends on it.
+//! What the write-behind batchers and the peer channel's subscriber
+//! (`tasks/`) need of the upstream, as a narrow interface the upstream
+//! router implements: they sit below it (`upstream.rs` starts them) and
+//! reach it only through [`Dispatch`], so no module below the router
+//! depends on it.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::coherence::tracking::CoherenceListener;
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::Connector;
 use crate::conn::mux::MuxConn;
 use crate::error::Result;
+use crate::slot::Slot;
 use crate::write_behind::WriteBehind;
 
 /// Where a command goes.

@@ -1,6 +1,8 @@
-//! Errors of the upstream side, and how one reaches a client. Which
-//! upstream replies are redirects or retried is decided in `redirect`.
+//! Errors of the upstream side (the write journal's among them), and how
+//! one reaches a client. Which upstream replies are redirects or retried
+//! is decided in `redirect`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -133,7 +135,33 @@ pub enum Error {
     Closed,
     /// The write journal could not record a write.
     #[error(transparent)]
-    Journal(#[from] crate::write_behind::journal::JournalError),
+    Journal(#[from] JournalError),
+}
+
+/// What can go wrong with the write journal (`write_behind::journal`,
+/// which re-exports it); here, a layer below it, so [`Error`] can carry it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// Another process holds the journal's lock file.
+    #[error("--write-journal {path}: in use by another sidecache (its lock file {lock} is held); each sidecache needs a journal of its own")]
+    Locked {
+        /// The journal directory.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// Opening or reading the journal failed.
+    #[error("--write-journal {path}: {message}")]
+    Open {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// Writing or syncing the journal failed; it accepts no more writes.
+    #[error("Errors writing to the write journal (--write-journal): {0}")]
+    Failed(Arc<str>),
 }
 
 impl Error {

@@ -77,8 +77,9 @@ pub use crate::config::{ReadConfig, ReadFrom};
 
 pub mod info;
 pub mod stamps;
+mod state;
 
-pub use crate::conn::replica_state::ReplicaState;
+pub use state::ReplicaState;
 
 /// Probe rounds whose (instant, master offset) are kept per master.
 pub const HISTORY: usize = 32;

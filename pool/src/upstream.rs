@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::cluster::redirect::{self, Action};
-use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::coherence::peer::Peer;
 use crate::coherence::tracking::{CoherenceListener, CoherenceMode, CoherenceStats, Hub};
@@ -25,7 +24,9 @@ use crate::conn::mux::MuxConn;
 use crate::conn::mux::Replies;
 use crate::conn::node::Node;
 use crate::error::{Error, Result};
-use crate::write_behind::{batcher, Write, WriteBehind};
+use crate::slot::Slot;
+use crate::tasks::write_batcher;
+use crate::write_behind::{Write, WriteBehind};
 
 /// Facts about the upstream read at start-up.
 #[derive(Debug, Clone)]
@@ -188,7 +189,7 @@ impl Upstream {
             hub,
             peer,
             coherence,
-            slot_last: (0..crate::cluster::slot::SLOT_COUNT)
+            slot_last: (0..crate::slot::SLOT_COUNT)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
             retired: Mutex::new(Vec::new()),
@@ -441,7 +442,7 @@ impl Upstream {
         let db = write.db;
         let q = node
             .write_queue_or(db, || {
-                batcher::spawn(self.clone(), node.addr().clone(), db, node.write_conn(db))
+                write_batcher::spawn(self.clone(), node.addr().clone(), db, node.write_conn(db))
             })
             .ok_or_else(|| Error::Config(format!("database {db} out of range")))?;
         q.push(&self.inner.wb, write, room, at)

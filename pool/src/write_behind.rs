@@ -1,5 +1,8 @@
 //! Write-behind: acknowledged writes queued per (node, database) and sent
 //! upstream in pipelined batches on a connection of their own.
+//! This module owns the queues (bounds, journal, barriers, drain); the
+//! batcher that sends each one, drawn below, is `tasks::write_batcher`,
+//! a layer up since it needs connections and the router.
 //!
 //! ```text
 //!  proxy ──Write──▶ [permit: --write-queue-max] ──▶ queue(node, db) ──▶ batcher ──≤200 cmds/pipeline──▶ upstream
@@ -47,13 +50,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify, Semaphore, SemaphorePermit};
 
-use crate::cluster::slot::Slot;
 use crate::config::WriteConfig;
 use crate::error::{Error, Result};
+use crate::slot::Slot;
 
-pub(crate) mod batcher;
 pub mod journal;
-mod keys;
+pub(crate) mod keys;
 
 use journal::Journal;
 
@@ -271,7 +273,35 @@ impl WriteBehind {
         self.journal.get()
     }
 
-    fn listener(&self) -> Option<Arc<dyn WriteListener>> {
+    /// Counts a batcher (`tasks::write_batcher`) started.
+    pub(crate) fn batcher_started(&self) {
+        self.live.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a batcher ended, and wakes a drain to look again.
+    pub(crate) fn batcher_stopped(&self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        self.idle.notify_waiters();
+    }
+
+    /// Gives a settled batch's room back, in one release: `n` writes
+    /// charged `charged` bytes in all.
+    pub(crate) fn release(&self, n: usize, charged: usize) {
+        self.permits.add_permits(n);
+        self.byte_permits.add_permits(charged);
+        self.bytes.fetch_sub(charged, Ordering::Relaxed);
+        self.depth.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Wakes a drain once no write is queued.
+    pub(crate) fn notify_if_idle(&self) {
+        if self.depth() == 0 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Who is told about landed and failed writes, once set.
+    pub(crate) fn listener(&self) -> Option<Arc<dyn WriteListener>> {
         self.listener
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -365,16 +395,26 @@ impl WriteBehind {
 }
 
 /// A queued write. Its queue permit was forgotten when it was queued and
-/// is given back with its batch's (the batcher's `settle_batch`).
-struct Queued {
-    write: Write,
-    at: Instant,
+/// is given back with its batch's (the batcher's `settle_batch`, through
+/// [`WriteBehind::release`]).
+pub(crate) struct Queued {
+    pub(crate) write: Write,
+    pub(crate) at: Instant,
     /// Its journal record's sequence number (0: not journalled).
-    seq: u64,
+    pub(crate) seq: u64,
     /// Its slot stamp's sequence number (replica reads; else 0).
-    stamp: u64,
+    pub(crate) stamp: u64,
     /// Bytes charged to it (its command and [`QUEUED_OVERHEAD`]).
-    charge: u32,
+    pub(crate) charge: u32,
+}
+
+/// The batcher's end of one queue (`tasks::write_batcher`): the writes
+/// queued, the signal that a whole batch is waiting, and the count of
+/// writes with a final outcome, which the queue's barriers watch.
+pub(crate) struct QueueEnd {
+    pub(crate) rx: mpsc::Receiver<Queued>,
+    pub(crate) full: Arc<Notify>,
+    pub(crate) flushed: watch::Sender<u64>,
 }
 
 /// The queue of one (node, database).
@@ -411,6 +451,29 @@ impl Barrier {
 }
 
 impl WriteQueue {
+    /// A queue of one (node, database) with `cfg`'s bounds, and the end
+    /// its batcher drains.
+    pub(crate) fn open(cfg: &WriteConfig) -> (WriteQueue, QueueEnd) {
+        // Capacity: the permits bound the total, so a push never finds the
+        // channel full.
+        let (tx, rx) = mpsc::channel(cfg.queue_max.max(1));
+        let (flushed, _) = watch::channel(0u64);
+        let full = Arc::new(Notify::new());
+        let q = WriteQueue {
+            tx: Mutex::new(tx),
+            enqueued: AtomicU64::new(0),
+            flushed,
+            full: Arc::clone(&full),
+            ahead_at: (cfg.pipeline > 1).then(|| cfg.batch.max(1)),
+        };
+        let end = QueueEnd {
+            rx,
+            full,
+            flushed: q.flushed.clone(),
+        };
+        (q, end)
+    }
+
     /// A barrier on the writes queued so far; `None` when none is pending.
     pub fn barrier(&self) -> Option<Barrier> {
         let target = self.enqueued.load(Ordering::Acquire);

@@ -3,8 +3,8 @@
 
 use sidecache_resp::frame;
 
-use crate::cluster::slot::Slot;
 use crate::config::NodeAddr;
+use crate::slot::Slot;
 
 /// Redirects followed for one command before giving up (as redis-rs and
 /// redis-cli do).

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use sidecache_resp::frame::Value;
 
-use crate::cluster::slot::{Slot, SLOT_COUNT};
 use crate::config::NodeAddr;
 use crate::conn::node::Node;
 use crate::error::{Error, Result};
+use crate::slot::{Slot, SLOT_COUNT};
 
 /// Marks a slot no node serves.
 const UNASSIGNED: u16 = u16::MAX;

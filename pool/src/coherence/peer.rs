@@ -13,24 +13,21 @@
 //! before the message was received, and is discarded or removed by it.
 //! The subscription is one connection (classic pub/sub reaches every node
 //! of a cluster); while it is down, fills are not cached and the whole L1
-//! was cleared when it went down.
+//! was cleared when it went down. This file holds the channel's state and
+//! protocol; the task that keeps the subscription open is
+//! `tasks::peer_subscriber`, a layer up (it needs a connection).
 //!
 //! Message payload: `sc1:<instance id, 16 hex>:` then `F` (flush: drop
 //! everything) or `K` followed by `<length>:<key bytes>` per key.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
-use sidecache_resp::frame::{self, Scanner, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracing::warn;
+use sidecache_resp::frame::Value;
 
-use crate::coherence::tracking::{Channel, HEARTBEAT, HEARTBEAT_TIMEOUT};
-use crate::config::{Proto, Session};
-use crate::dispatch::Dispatch;
+use crate::coherence::tracking::Channel;
 
 /// What a peer message says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +83,30 @@ impl Peer {
         encode::encode_command(&mut out, &[b"PUBLISH".as_slice(), &self.name, &payload]);
         self.published.fetch_add(1, Ordering::Relaxed);
         out.freeze()
+    }
+
+    /// What a frame pushed on the subscription means: the confirmation of
+    /// `SUBSCRIBE` puts the gate up; another instance's message is counted
+    /// and returned, to be applied to the L1. Anything else, this
+    /// instance's own messages included, is `None`.
+    pub(crate) fn on_push(&self, frame: &Bytes) -> Option<Message> {
+        let Ok(Value::Push(items)) = Value::decode(frame) else {
+            return None;
+        };
+        let kind = items.first().and_then(Value::as_bytes);
+        if kind.is_some_and(|k| k.eq_ignore_ascii_case(b"subscribe")) {
+            self.gate.set_up();
+            return None;
+        }
+        if !kind.is_some_and(|k| k.eq_ignore_ascii_case(b"message")) {
+            return None;
+        }
+        let (id, msg) = items.get(2).and_then(Value::as_bytes).and_then(decode)?;
+        if id == self.id {
+            return None;
+        }
+        self.received.fetch_add(1, Ordering::Relaxed);
+        Some(msg)
     }
 }
 
@@ -149,167 +170,6 @@ pub fn decode(p: &Bytes) -> Option<(u64, Message)> {
             Some((id, Message::Keys(keys)))
         }
         _ => None,
-    }
-}
-
-/// Keeps this instance subscribed, for the life of the process.
-pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        let topo = up.topology();
-        let Some(node) = topo.nodes().first().cloned() else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        drop(topo);
-        let session = Session {
-            db: 0,
-            proto: Proto::Resp3,
-        };
-        match up.connector().connect(node.addr(), session).await {
-            Ok((rd, wr)) => {
-                backoff = Duration::from_millis(20);
-                let why = run(&up, &peer, node.addr(), rd, wr).await;
-                peer.gate.set_down(&why);
-            }
-            Err(e) => {
-                warn!(node = %node.addr(), error = %e, "peer invalidation channel: connect failed")
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
-    }
-}
-
-/// One subscribed connection; returns why it ended.
-async fn run<U: Dispatch>(
-    up: &U,
-    peer: &Peer,
-    addr: &crate::config::NodeAddr,
-    mut rd: crate::conn::connect::ReadHalf,
-    mut wr: crate::conn::connect::WriteHalf,
-) -> String {
-    let mut out = BytesMut::new();
-    encode::encode_command(&mut out, &[b"SUBSCRIBE".as_slice(), &peer.name]);
-    if let Err(e) = wr.write_all(&out).await {
-        return e.to_string();
-    }
-    let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut sc = Scanner::new();
-    let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ping_sent: Option<Instant> = None;
-    let ping = {
-        let mut p = BytesMut::new();
-        encode::encode_command(&mut p, &[b"PING"]);
-        p.freeze()
-    };
-    // With a rotating secret, AUTH is sent again every reauth interval (a
-    // RESP3 subscribed connection may run it); the AUTH replies awaited.
-    let auth = up.connector().auth();
-    let mut reauth = auth.reauth_interval().map(|every| {
-        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
-    });
-    // Non-push replies awaited, in order: `true` for an AUTH's.
-    let mut awaited: std::collections::VecDeque<bool> = std::collections::VecDeque::new();
-    loop {
-        loop {
-            match sc.scan(&buf) {
-                Ok(Some(len)) => {
-                    let frame = buf.split_to(len).freeze();
-                    if frame.first() != Some(&b'>') {
-                        if awaited.pop_front() == Some(true) {
-                            let refused = frame::error_text(&frame);
-                            let why = refused.map(|t| String::from_utf8_lossy(t).into_owned());
-                            auth.note_reauth(addr, why.as_deref().map_or(Ok(()), Err));
-                            if why.is_some() {
-                                // Replaced as a lost channel is (the L1
-                                // was cleared when it went down).
-                                return "re-authentication refused".into();
-                            }
-                            continue;
-                        }
-                        if frame::error_text(&frame).is_some() {
-                            return format!("refused: {}", String::from_utf8_lossy(&frame).trim());
-                        }
-                        ping_sent = None;
-                        continue;
-                    }
-                    on_push(up, peer, &frame);
-                }
-                Ok(None) => break,
-                Err(e) => return e.to_string(),
-            }
-        }
-        tokio::select! {
-            r = rd.read_buf(&mut buf) => match r {
-                Ok(0) => return "closed by server".into(),
-                Ok(_) => {}
-                Err(e) => return e.to_string(),
-            },
-            _ = tick(&mut reauth) => {
-                let mut p = BytesMut::with_capacity(64);
-                if auth.encode_auth(&mut p) {
-                    if let Err(e) = wr.write_all(&p).await {
-                        return e.to_string();
-                    }
-                    awaited.push_back(true);
-                }
-            }
-            _ = heartbeat.tick() => {
-                match ping_sent {
-                    Some(t) if t.elapsed() >= HEARTBEAT_TIMEOUT => return "heartbeat timed out".into(),
-                    Some(_) => {}
-                    None => {
-                        if let Err(e) = wr.write_all(&ping).await {
-                            return e.to_string();
-                        }
-                        awaited.push_back(false);
-                        ping_sent = Some(Instant::now());
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The next tick of an optional interval, or never.
-async fn tick(t: &mut Option<tokio::time::Interval>) {
-    match t {
-        Some(t) => {
-            t.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-fn on_push<U: Dispatch>(up: &U, peer: &Peer, frame: &Bytes) {
-    let Ok(Value::Push(items)) = Value::decode(frame) else {
-        return;
-    };
-    let kind = items.first().and_then(Value::as_bytes);
-    if kind.is_some_and(|k| k.eq_ignore_ascii_case(b"subscribe")) {
-        peer.gate.set_up();
-        return;
-    }
-    if !kind.is_some_and(|k| k.eq_ignore_ascii_case(b"message")) {
-        return;
-    }
-    let Some((id, msg)) = items.get(2).and_then(Value::as_bytes).and_then(decode) else {
-        return;
-    };
-    if id == peer.id {
-        return;
-    }
-    peer.received.fetch_add(1, Ordering::Relaxed);
-    let Some(l) = up.coherence_listener() else {
-        return;
-    };
-    match msg {
-        Message::Keys(keys) => l.invalidate(&keys),
-        Message::Flush => l.reset_all(),
     }
 }
 

@@ -98,7 +98,7 @@ use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
 use sidecache_resp::frame::Value;
 
-use crate::cluster::slot::Slot;
+use crate::slot::Slot;
 
 /// One key to re-read after the writes of a batch.
 #[derive(Debug)]

@@ -42,7 +42,7 @@ pub struct Node {
     /// The node's control connection (and its prober).
     control: Arc<Control>,
     /// What the replica probes last said of it (replica reads).
-    replica: crate::conn::replica_state::ReplicaState,
+    replica: crate::replica::ReplicaState,
 }
 
 impl Node {
@@ -102,7 +102,7 @@ impl Node {
             fillers,
             control: Control::new(Arc::clone(&health)),
             health,
-            replica: crate::conn::replica_state::ReplicaState::default(),
+            replica: crate::replica::ReplicaState::default(),
         }
     }
 
@@ -168,7 +168,7 @@ impl Node {
     }
 
     /// What the replica probes last said of it (replica reads).
-    pub fn replica_state(&self) -> &crate::conn::replica_state::ReplicaState {
+    pub fn replica_state(&self) -> &crate::replica::ReplicaState {
         &self.replica
     }
 

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::cluster::slot::{Slot, SLOT_COUNT};
+use crate::slot::{Slot, SLOT_COUNT};
 
 /// The slot stamps.
 #[derive(Debug)]

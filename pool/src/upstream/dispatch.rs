@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Upstream;
-use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::coherence::tracking::CoherenceListener;
 use crate::config::{NodeAddr, Session};
@@ -15,6 +14,7 @@ use crate::conn::connect::Connector;
 use crate::conn::mux::MuxConn;
 use crate::dispatch::{Dispatch, Target};
 use crate::error::Result;
+use crate::slot::Slot;
 use crate::write_behind::WriteBehind;
 
 impl Dispatch for Upstream {

@@ -7,12 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::slot::Slot;
+use crate::config::Session;
 use crate::dispatch::Target;
 use crate::error::{Error, Result};
+use crate::slot::Slot;
+use crate::upstream::Upstream;
 use crate::write_behind::journal::Leftover;
 use crate::write_behind::Write;
-use crate::{Session, Upstream};
 
 /// What a replay did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -15,11 +15,11 @@ use tokio::task::JoinSet;
 use tracing::{debug, info};
 
 use super::{Inner, Upstream};
-use crate::cluster::slot::Slot;
 use crate::cluster::topology::Topology;
 use crate::config::{NodeAddr, Session};
 use crate::conn::node::Node;
 use crate::replica::{self, info as rinfo, Candidate, Choice, ReplicaReads, HISTORY};
+use crate::slot::Slot;
 
 /// `INFO replication`, encoded.
 const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";

@@ -12,12 +12,12 @@ use tracing::{info, warn};
 use super::{Inner, Upstream};
 
 use crate::cluster::redirect;
-use crate::cluster::slot::Slot;
 use crate::cluster::topology::{self, Topology};
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::expect_ok;
 use crate::conn::node::Node;
 use crate::error::{Error, Result};
+use crate::slot::Slot;
 
 impl Upstream {
     /// When the slot's previous write-behind write was queued on another
@@ -100,7 +100,7 @@ impl Upstream {
             return Vec::new();
         }
         let mut losers = vec![false; old.nodes().len()];
-        for slot in (0..crate::cluster::slot::SLOT_COUNT).filter_map(Slot::new) {
+        for slot in (0..crate::slot::SLOT_COUNT).filter_map(Slot::new) {
             let (Ok(a), Ok(b)) = (old.node_index(slot), new.node_index(slot)) else {
                 continue;
             };

@@ -220,7 +220,7 @@ impl Upstream {
             ));
         }
         if let Some(p) = &self.inner.peer {
-            tokio::spawn(crate::coherence::peer::subscribe(
+            tokio::spawn(crate::tasks::peer_subscriber::subscribe(
                 self.clone(),
                 Arc::clone(p),
             ));

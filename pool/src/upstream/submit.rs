@@ -25,11 +25,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Upstream;
-use crate::cluster::slot::Slot;
 use crate::config::Session;
 use crate::conn::mux::{MuxConn, Replies};
 use crate::conn::node::Node;
 use crate::error::{Error, Result};
+use crate::slot::Slot;
 use crate::write_behind::Barrier;
 
 /// Which of a node's connections carries a pipeline.

@@ -51,6 +51,7 @@ use tokio::sync::watch;
 pub mod record;
 mod writer;
 
+pub use crate::error::JournalError;
 pub use record::Record;
 
 /// When the journal's file is synced to disk (as Redis's `appendfsync`).
@@ -90,31 +91,6 @@ pub struct JournalConfig {
 /// it, between 64 KB and 16 MB (so the journal stays near the queue bound).
 pub fn segment_bytes_for(queue_max_bytes: usize) -> usize {
     (queue_max_bytes / 8).clamp(64 << 10, 16 << 20)
-}
-
-/// What can go wrong with the journal.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum JournalError {
-    /// Another process holds the journal's lock file.
-    #[error("--write-journal {path}: in use by another sidecache (its lock file {lock} is held); each sidecache needs a journal of its own")]
-    Locked {
-        /// The journal directory.
-        path: PathBuf,
-        /// The lock file.
-        lock: PathBuf,
-    },
-    /// Opening or reading the journal failed.
-    #[error("--write-journal {path}: {message}")]
-    Open {
-        /// The file or directory.
-        path: PathBuf,
-        /// What failed.
-        message: String,
-    },
-    /// Writing or syncing the journal failed; it accepts no more writes.
-    #[error("Errors writing to the write journal (--write-journal): {0}")]
-    Failed(Arc<str>),
 }
 
 /// Bounds of the fsync latency buckets, in microseconds.

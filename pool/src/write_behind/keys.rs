@@ -12,7 +12,7 @@
 
 /// The keys of an encoded `SET key …` or `MSET k v k v …`, as slices of
 /// it; none for anything else.
-pub(super) fn keys_of(cmd: &[u8]) -> Keys<'_> {
+pub(crate) fn keys_of(cmd: &[u8]) -> Keys<'_> {
     if let Some(key) = set_key(cmd) {
         return Keys {
             one: Some(key),
@@ -39,7 +39,7 @@ pub(super) fn keys_of(cmd: &[u8]) -> Keys<'_> {
 }
 
 /// A command's keys: SET's one, or MSET's every other argument.
-pub(super) struct Keys<'a> {
+pub(crate) struct Keys<'a> {
     one: Option<&'a [u8]>,
     /// MSET's (key, value) arguments after the name.
     pairs: Args<'a>,

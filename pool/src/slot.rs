@@ -1,4 +1,6 @@
 //! Cluster hash slots: CRC16 (XMODEM) of the key, or of its `{hash tag}`.
+//! At the bottom of the crate (it imports nothing of it): the queues, the
+//! stamps, the re-reads and the slot map all speak in slots.
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOT_COUNT: u16 = 16384;

@@ -1,13 +1,14 @@
-//! The batcher of one (node, database) queue: batches sent in queue
-//! order, answers settled in send order, a broken connection's batch and
-//! every later one sent again, writes of a node that left the slot map
-//! re-routed by slot, redirects and retryable errors followed (see the
-//! parent's diagram).
+//! The write-behind batcher of one (node, database) queue: batches sent
+//! in queue order, answers settled in send order, a broken connection's
+//! batch and every later one sent again, writes of a node that left the
+//! slot map re-routed by slot, redirects and retryable errors followed
+//! (see the diagram in [`crate::write_behind`], which owns the queues;
+//! this task sends them, reaching the upstream only through [`Dispatch`]).
 
 use std::collections::VecDeque;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -15,33 +16,34 @@ use sidecache_resp::frame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
-use super::{Queued, Write, WriteQueue};
 use crate::cluster::redirect::{self, Action};
 use crate::coherence::refill::{self, Rereads};
 use crate::config::{NodeAddr, Proto, Session};
 use crate::conn::mux::{MuxConn, Replies, GATHER_TURNS};
 use crate::dispatch::{Dispatch, Target};
 use crate::error::Result;
+use crate::write_behind::keys::keys_of;
+use crate::write_behind::{QueueEnd, Queued, Write, WriteQueue};
 
-pub(super) struct Batcher<U> {
-    pub(super) up: U,
+struct Batcher<U> {
+    up: U,
     /// The node whose queue this is; its writes go elsewhere once it is no
     /// longer a master of the slot map.
-    pub(super) addr: NodeAddr,
-    pub(super) conn: MuxConn,
+    addr: NodeAddr,
+    conn: MuxConn,
     /// Optin tracking: Redis does not track what this proxy writes, so
     /// each written value leaves the L1 once its write landed (see
     /// [`crate::coherence::tracking`], "Own writes").
-    pub(super) release: bool,
+    release: bool,
     /// Optin, on the invalidation channel's connection: writes of keys
     /// being read are followed by re-reads that keep them cached
     /// ([`crate::coherence::refill`]).
-    pub(super) reread: bool,
-    pub(super) db: u16,
-    pub(super) rx: mpsc::Receiver<Queued>,
-    pub(super) full: Arc<Notify>,
-    pub(super) flushed: watch::Sender<u64>,
-    pub(super) done: u64,
+    reread: bool,
+    db: u16,
+    rx: mpsc::Receiver<Queued>,
+    full: Arc<Notify>,
+    flushed: watch::Sender<u64>,
+    done: u64,
 }
 
 /// Starts the batcher of one (node, database); its queue.
@@ -54,22 +56,10 @@ pub(crate) fn spawn<U: Dispatch>(
     conn: Option<MuxConn>,
 ) -> WriteQueue {
     let wb = up.write_behind();
-    // Capacity: the permits bound the total, so a push never finds the
-    // channel full.
-    let (tx, rx) = mpsc::channel(wb.cfg.queue_max.max(1));
-    let (flushed, _) = watch::channel(0u64);
-    let full = Arc::new(Notify::new());
+    let (q, QueueEnd { rx, full, flushed }) = WriteQueue::open(wb.config());
     let release = up.optin_tracking();
     let reread = release && conn.is_some();
-    let q = WriteQueue {
-        tx: Mutex::new(tx),
-        enqueued: AtomicU64::new(0),
-        flushed,
-        full: Arc::clone(&full),
-        ahead_at: (wb.cfg.pipeline > 1).then(|| wb.cfg.batch.max(1)),
-    };
-    let flushed_tx = q.flushed.clone();
-    wb.live.fetch_add(1, Ordering::Relaxed);
+    wb.batcher_started();
     tokio::spawn(async move {
         let conn = conn.unwrap_or_else(|| {
             up.dedicated_conn(
@@ -89,13 +79,11 @@ pub(crate) fn spawn<U: Dispatch>(
             db,
             rx,
             full,
-            flushed: flushed_tx,
+            flushed,
             done: 0,
         };
         b.run().await;
-        let wb = b.up.write_behind();
-        wb.live.fetch_sub(1, Ordering::Relaxed);
-        wb.idle.notify_waiters();
+        b.up.write_behind().batcher_stopped();
     });
     q
 }
@@ -140,11 +128,11 @@ fn answers(r: Replies, n: usize) -> Option<Replies> {
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
 impl<U: Dispatch> Batcher<U> {
-    pub(super) async fn run(&mut self) {
+    async fn run(&mut self) {
         let up = self.up.clone();
         let wb = up.write_behind();
-        let max = wb.cfg.batch.max(1);
-        let depth = wb.cfg.pipeline.max(1);
+        let max = wb.config().batch.max(1);
+        let depth = wb.config().pipeline.max(1);
         let mut out: VecDeque<Sent> = VecDeque::with_capacity(depth);
         let mut spare: Vec<Vec<Queued>> = Vec::new();
         // The queue's sender lives as long as the node, so this runs for
@@ -156,7 +144,7 @@ impl<U: Dispatch> Batcher<U> {
                 };
                 let mut batch = spare.pop().unwrap_or_else(|| Vec::with_capacity(max));
                 batch.push(first);
-                let linger = wb.cfg.flush_interval;
+                let linger = wb.config().flush_interval;
                 if !linger.is_zero() {
                     let until = tokio::time::Instant::now() + linger;
                     while batch.len() < max {
@@ -459,7 +447,7 @@ impl<U: Dispatch> Batcher<U> {
         if let (true, Some(l)) = (self.release, wb.listener()) {
             let mut written = batch
                 .iter()
-                .flat_map(|q| super::keys::keys_of(&q.write.cmd).map(move |k| (k, q.at)));
+                .flat_map(|q| keys_of(&q.write.cmd).map(move |k| (k, q.at)));
             l.landed(self.db, &mut written);
         }
         if up.has_peer() {
@@ -483,16 +471,11 @@ impl<U: Dispatch> Batcher<U> {
         wb.stats.latency_us_sum.fetch_add(sum, Ordering::Relaxed);
         wb.stats.latency_us_max.fetch_max(max, Ordering::Relaxed);
         // The batch's room in the queues, in one release.
-        wb.permits.add_permits(n);
-        wb.byte_permits.add_permits(charged);
-        wb.bytes.fetch_sub(charged, Ordering::Relaxed);
+        wb.release(n, charged);
         self.done += n as u64;
         tracing::debug!(db = self.db, done = self.done, "batch done");
-        wb.depth.fetch_sub(n, Ordering::Relaxed);
         self.flushed.send_replace(self.done);
-        if wb.depth() == 0 {
-            wb.idle.notify_waiters();
-        }
+        wb.notify_if_idle();
     }
 
     /// Follows redirects and retries one write until its final outcome.

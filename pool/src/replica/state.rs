@@ -1,6 +1,6 @@
-//! What the probes last said of one node as a replica (see
-//! the `replica` module): read lock-free by every routed read, written by
-//! the probe task.
+//! What the probes last said of one node as a replica (see the `replica`
+//! module): read lock-free by every routed read, written by the probe
+//! task. Each `conn::node::Node` holds one, so it sits here, below `conn`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
