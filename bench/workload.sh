@@ -9,6 +9,11 @@
 #                                strings, plus hashes at 20 % writes (s × keys): about 3 minutes
 #   bench/workload.sh staleness  one writer on Redis, readers through each side: how long
 #                                a write takes to reach them, and stale reads
+#   bench/workload.sh sides      N application processes (redis-py, node-redis) at Redis, at
+#                                sidecache (TCP, Unix socket) and each with its own client-side
+#                                cache; YCSB A/B/C/F and a session store, at 0.5 ms and on
+#                                loopback, N = 1, 8, 32; tables and a chart: about 17 minutes
+#                                (bench/workload-sides.sh lists what it does and its knobs)
 #
 # One redis-server (a free loopback port, a temporary directory, --save ''
 # --appendonly no). For each workload, ROUNDS rounds, the side order
@@ -67,11 +72,14 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 CMD="${1:-run}"
-case "$CMD" in run | matrix | staleness) ;; *)
-  echo "usage: bench/workload.sh [run|matrix|staleness]" >&2
+case "$CMD" in run | matrix | staleness | sides) ;; *)
+  echo "usage: bench/workload.sh [run|matrix|staleness|sides]" >&2
   exit 2
   ;;
 esac
+if [[ "$CMD" == sides ]]; then # its own defaults (bench/workload-sides.sh)
+  KEYS="${KEYS:-1000000}" VALUE_SIZE="${VALUE_SIZE:-1024}" RTT_MS=""
+fi
 WORKLOAD_BIN="${WORKLOAD_BIN:-$REPO_ROOT/target/release/workload}"
 SIDECACHE_BIN="${SIDECACHE_BIN:-$REPO_ROOT/target/release/sidecache}"
 RELAY_BIN="${RELAY_BIN:-$(dirname "$WORKLOAD_BIN")/relay}"
@@ -106,6 +114,7 @@ case "$CMD" in
   run) PREFIX="${PREFIX:-workload}" ;;
   matrix) PREFIX="${PREFIX:-workload-matrix}" ;;
   staleness) PREFIX="${PREFIX:-workload-staleness}" ;;
+  sides) PREFIX="${PREFIX:-workload-sides}" ;;
 esac
 KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
 export RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0
@@ -118,6 +127,15 @@ die() { printf '[workload] error: %s\n' "$*" >&2; exit 1; }
 for t in redis-server redis-cli python3 curl timeout; do
   command -v "$t" >/dev/null || die "$t not found"
 done
+REDIS_SERVER=redis-server
+PIN_HOST=(); PIN_REMOTE=() # taskset prefixes (sides, PIN=1)
+if [[ "$CMD" == sides ]]; then
+  # shellcheck source=bench/workload-sides.sh
+  source "$SCRIPT_DIR/workload-sides.sh"
+  sides_setup
+  [[ -x "$RELAY_BIN" ]] || die "sides needs the relay at $RELAY_BIN (RELAY_BIN=…)"
+  [[ -x "$SIDECACHE_BIN" ]] || die "no sidecache binary at $SIDECACHE_BIN (cargo build --release -p sidecache, or SIDECACHE_BIN=…)"
+fi
 [[ "$PROCS" =~ ^[1-9][0-9]*$ ]] || die "PROCS must be a positive integer (got '$PROCS')"
 [[ -x "$WORKLOAD_BIN" ]] || die "no workload binary at $WORKLOAD_BIN (cargo build --release -p sidecache-bench, or WORKLOAD_BIN=…)"
 [[ " $SIDES $STALE_SIDES " == *" default "* || " $SIDES $STALE_SIDES " == *" bcast "* || " $SIDES $STALE_SIDES " == *" off "* ]] &&
@@ -185,7 +203,7 @@ kv() { tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k { print $2 }'; }
 # Redis, and the relay in front of it with RTT_MS.
 pick_port; RP="$PICKED"
 mkdir -p "$WORK/redis"
-redis-server --bind 127.0.0.1 --port "$RP" --dir "$WORK/redis" --unixsocket "$WORK/redis.sock" \
+"${PIN_REMOTE[@]}" "$REDIS_SERVER" --bind 127.0.0.1 --port "$RP" --dir "$WORK/redis" --unixsocket "$WORK/redis.sock" \
   --unixsocketperm 700 --save '' --appendonly no --daemonize no >"$WORK/redis.log" 2>&1 &
 RPID=$!; PIDS+=("$RPID")
 wait_ping redis "$RPID" "$RP"
@@ -199,10 +217,10 @@ if [[ -n "$RTT_MS" ]]; then
   wait_ping relay "$RELAY_PID" "$UP"
   log "relay on $UP: +$one_way_us µs each way"
 fi
-log "redis $(redis-server --version | awk '{print $3}' | tr -d 'v=') on $RP; sidecache $SIDECACHE_BIN; work dir $WORK"
+log "redis $("$REDIS_SERVER" --version | awk '{print $3}' | tr -d 'v=') on $RP; sidecache $SIDECACHE_BIN; work dir $WORK"
 
 # The sidecache of one side: SC_PID, SC_PORT, SC_MPORT.
-SC_PID=""; SC_PORT=""; SC_MPORT=""; NSC=0
+SC_PID=""; SC_PORT=""; SC_MPORT=""; NSC=0; SC_UNIX="" # SC_UNIX: a Unix socket to listen on too
 stop_sidecache() {
   [[ -n "$SC_PID" ]] || return 0
   stop_pid "$SC_PID"; forget_pid "$SC_PID"; SC_PID=""
@@ -217,7 +235,8 @@ start_sidecache() { # start_sidecache SIDE
   esac
   NSC=$((NSC + 1))
   pick_port; SC_PORT="$PICKED"; pick_port; SC_MPORT="$PICKED"
-  "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --metrics-listen "127.0.0.1:$SC_MPORT" \
+  [[ -n "$SC_UNIX" ]] && args+=(--unix-socket "$SC_UNIX")
+  "${PIN_HOST[@]}" "$SIDECACHE_BIN" --listen "127.0.0.1:$SC_PORT" --metrics-listen "127.0.0.1:$SC_MPORT" \
     --upstream "redis://127.0.0.1:$UP" --log-level warn "${EXTRA[@]}" "${args[@]}" \
     >"$WORK/sidecache-$NSC.log" 2>&1 &
   SC_PID=$!; PIDS+=("$SC_PID")
@@ -254,7 +273,7 @@ RAW="$WORK/raw.csv"
 REV="$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- proxy pool l1 2>/dev/null || true)" ]] && REV+="-dirty"
 BINID="$(sha256sum "$SIDECACHE_BIN" 2>/dev/null | cut -c1-12 || echo none)"
-HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), repo $REV, SIDECACHE_BIN=$SIDECACHE_BIN (sha256 $BINID), $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $(redis-server --version | awk '{print $3}' | tr -d 'v=')${RTT_MS:+, RTT_MS=$RTT_MS via relay}${EXTRA_ARGS:+, EXTRA_ARGS=\"$EXTRA_ARGS\"}."
+HEADER="Run $(date -u +%Y-%m-%dT%H:%MZ), repo $REV, SIDECACHE_BIN=$SIDECACHE_BIN (sha256 $BINID), $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Redis $("$REDIS_SERVER" --version | awk '{print $3}' | tr -d 'v=')${RTT_MS:+, RTT_MS=$RTT_MS via relay}${EXTRA_ARGS:+, EXTRA_ARGS=\"$EXTRA_ARGS\"}."
 
 # ---- the load ----
 # run_load ARGS...: the measured load (OPS operations) with workload ARGS,
@@ -493,7 +512,10 @@ case "$CMD" in
     HEADER+=" \`bench/workload.sh staleness\` WRITES=$WRITES READERS=$READERS HOT_KEYS=$HOT_KEYS PAUSE_MS=$PAUSE_MS DEADLINE_MS=$DEADLINE_MS ROUNDS=$ROUNDS."
     run_staleness
     ;;
+  sides)
+    run_sides
+    ;;
 esac
-cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
+[[ "$CMD" == sides ]] || cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 cat "$RESULTS_DIR/$PREFIX.md"
 FAILED=0
