@@ -30,8 +30,18 @@ impl Client {
     /// Dispatches a command the proxy answers itself (`cmd`), or, for PING
     /// while a node is not known healthy, hands to upstream.
     pub(super) async fn dispatch_local(&mut self, cmd: Local, args: &[Bytes]) -> Flow {
-        self.metrics.command(self.shared.metrics.local_id(cmd));
-        self.note_command(args);
+        let id = self.shared.metrics.local_id(cmd);
+        self.metrics.command(id);
+        // CLIENT LIST's `cmd`: a command without subcommands is counted
+        // under its table id, which names it (no lookup for a PING); an id
+        // past the table's commands is one upstream does not know.
+        if matches!(cmd, Local::Client | Local::ClusterDisabled) {
+            self.note_command(args);
+        } else if usize::from(id) < self.shared.table.names().len() {
+            self.last_cmd = u32::from(id);
+        } else {
+            self.last_cmd = crate::state::clients::NO_COMMAND;
+        }
         if !self.st.authenticated && !cmd.allowed_unauthenticated() {
             self.local_reply(|r| r.error("NOAUTH Authentication required."));
             return Flow::Continue;

@@ -289,6 +289,13 @@ impl Client {
             }
             _ => None,
         };
+        self.tx_run_at_exec(refusal, Deferred::Local(cmd, req.args.clone()));
+    }
+
+    /// A command sidecache answers itself inside MULTI: refused at queue
+    /// time (`refusal`: the transaction is then dirty, EXEC aborts), or
+    /// queued, upstream queueing a PING in its place, to run at EXEC.
+    fn tx_run_at_exec(&mut self, refusal: Option<String>, deferred: Deferred) {
         if let Some(msg) = refusal {
             if let Some(tx) = self.tx.as_mut() {
                 tx.dirty = true;
@@ -299,8 +306,7 @@ impl Client {
         let mut ping = BytesMut::new();
         encode::encode_command(&mut ping, &[b"PING"]);
         if let Some(tx) = self.tx.as_mut() {
-            tx.deferred
-                .push((tx.queued, Deferred::Local(cmd, req.args.clone())));
+            tx.deferred.push((tx.queued, deferred));
         }
         self.tx_push_raw(&ping, true);
     }
@@ -322,20 +328,7 @@ impl Client {
             )),
             None => None,
         };
-        if let Some(msg) = refusal {
-            if let Some(tx) = self.tx.as_mut() {
-                tx.dirty = true;
-            }
-            self.tx_local_error(&msg);
-            return;
-        }
-        let mut ping = BytesMut::new();
-        encode::encode_command(&mut ping, &[b"PING"]);
-        if let Some(tx) = self.tx.as_mut() {
-            tx.deferred
-                .push((tx.queued, Deferred::Unsubscribe(kind, req.args.clone())));
-        }
-        self.tx_push_raw(&ping, true);
+        self.tx_run_at_exec(refusal, Deferred::Unsubscribe(kind, req.args.clone()));
     }
 
     /// SELECT inside MULTI: sent upstream in its place (the commands after
