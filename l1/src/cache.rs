@@ -229,7 +229,7 @@ pub struct L1 {
     cfg: L1Config,
     cache: Option<Store>,
     epochs: Box<[AtomicU64]>,
-    /// Whether each key was read lately (see [`Written::read`]): set by
+    /// Whether each key was read lately (see [`Written::reread`]): set by
     /// fills and by hits on entries whose [`Origin::notes_reads`], read by
     /// [`L1::insert_written`].
     marks: marks::Marks,
@@ -411,7 +411,7 @@ impl L1 {
             return false;
         }
         // The fill was a read: the key's next write registers it again.
-        self.marks.note(self.hash(db, &key), t.started);
+        self.marks.filled(self.hash(db, &key), t.started);
         Stats::add(&self.stats.fills, 1);
         true
     }
@@ -498,6 +498,12 @@ impl L1 {
             Some(c) => self.stats.snapshot(c.weight(), c.len() as u64),
             None => self.stats.snapshot(0, 0),
         }
+    }
+
+    /// Whether writes of keys nobody read are re-read too, because the
+    /// proxy's unread writes were being read later ([`Written::reread`]).
+    pub fn rereads_unread_writes(&self) -> bool {
+        self.marks.rereads_unread()
     }
 }
 

@@ -25,7 +25,8 @@ pub struct L1Config {
     /// Keys starting with one of these are never cached.
     pub exclude_prefixes: Vec<Vec<u8>>,
     /// Keep read marks (optin tracking): whether a key was read within the
-    /// TTL cap ([`crate::Written::read`]). 1 MiB, and a hash per hit on a
+    /// TTL cap ([`crate::Written::reread`]). 1 MiB (and 64 KiB of marks of
+    /// released unread writes), and a hash per hit on a
     /// written or re-read value; off, every write reports no read.
     pub read_marks: bool,
 }

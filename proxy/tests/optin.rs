@@ -11,7 +11,9 @@
 //! connection invalidate (direct, another sidecache, this sidecache's own
 //! forwarded writes); a pipeline's fills never read a later command's
 //! write; own and foreign writes racing on the same keys leave nothing
-//! stale; other databases are cached and tracked too; Redis's tracking-table evictions
+//! stale; writes of keys nobody read are kept too while such writes are
+//! read later (and not after); other databases are cached and tracked
+//! too; Redis's tracking-table evictions
 //! (`tracking-table-max-keys`) arrive as invalidations. Standalone and
 //! cluster.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -79,6 +81,76 @@ async fn own_writes_of_read_keys_stay_cached_the_others_are_released() {
         times.push(time_until(&mut c, &key, "later").await);
     }
     support::coherence::report("direct write after an own flush (optin)", times);
+}
+
+/// Writes `n` fresh keys `tag:i` through the proxy in pipelines of 200,
+/// waits for each to land, and (`read`) reads them back, checking each
+/// value. Returns how many of those reads went upstream.
+async fn write_fresh(
+    c: &mut redis::aio::MultiplexedConnection,
+    redis: &RedisServer,
+    tag: &str,
+    n: usize,
+    read: bool,
+) -> u64 {
+    let gets = upstream_calls(redis, "get").await;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+        let mut p = redis::pipe();
+        for i in chunk {
+            p.set(format!("{tag}:{i}"), format!("v{i}")).ignore();
+        }
+        let _: () = p.query_async(c).await.unwrap();
+        wait_field(c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+        // Landed and answered (written_released / written_kept settled).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if read {
+            for i in chunk {
+                let got: String = c.get(format!("{tag}:{i}")).await.unwrap();
+                assert_eq!(got, format!("v{i}"));
+            }
+        }
+    }
+    upstream_calls(redis, "get").await - gets
+}
+
+/// Keys first written, then read (a session created, then used): their
+/// writes are not re-read at first (nobody read the keys), so their first
+/// reads miss. Once a sample of them shows that such reads come, writes
+/// of unread keys are re-read too and their first reads are hits. Writes
+/// nobody reads turn it off again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_writes_are_kept_while_they_are_read_later() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
+    let mut c = proxy.conn().await;
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "rereading_unread_writes"), 0, "{inf}");
+    // 1 key in 16 is sampled; 64 sampled writes read back decide.
+    let misses = write_fresh(&mut c, &redis, "warm", 2000, true).await;
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "rereading_unread_writes"), 1, "{inf}");
+    assert!(misses > 64, "{misses} first reads of 2,000 went upstream");
+    // Now a first read after a first write is a hit outside the sample.
+    let kept = info_field(&inf, "written_kept");
+    let misses = write_fresh(&mut c, &redis, "new", 400, true).await;
+    assert!(misses < 60, "{misses} first reads of 400 went upstream");
+    let inf = info(&mut c).await;
+    assert!(info_field(&inf, "written_kept") >= kept + 340, "{inf}");
+    // Writes nobody reads: off again, and their values are released.
+    write_fresh(&mut c, &redis, "unread", 4000, false).await;
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "rereading_unread_writes"), 0, "{inf}");
+    let released = info_field(&inf, "written_released");
+    write_fresh(&mut c, &redis, "after", 400, false).await;
+    let inf = info(&mut c).await;
+    assert!(
+        info_field(&inf, "written_released") >= released + 390,
+        "{inf}"
+    );
+    // Still coherent: a direct write of a kept key is seen.
+    let mut d = redis.conn().await;
+    let _: () = d.set("new:7", "direct").await.unwrap();
+    time_until(&mut c, "new:7", "direct").await;
 }
 
 /// A direct write right after one of the proxy's own writes landed: the

@@ -450,41 +450,41 @@ fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
         w,
         Written {
             cached: true,
-            read: false
+            reread: false
         }
     );
     assert!(
         !c.insert_written(0, &b("k"), &b("2"), later, Instant::now())
-            .read
+            .reread
     );
     // Read (a hit on the written value): the next writes want one while
     // the read is within the cap.
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("2"))));
     assert!(
         c.insert_written(0, &b("k"), &b("3"), later, Instant::now())
-            .read
+            .reread
     );
     assert!(
         c.insert_written(0, &b("k"), &b("4"), later, Instant::now())
-            .read
+            .reread
     );
     // A fill is a read too.
     let t = c.begin_fill(0, b"j");
     assert!(c.complete_fill(t, 0, b("j"), Some(b("v")), -1));
     assert!(
         c.insert_written(0, &b("j"), &b("w"), later, Instant::now())
-            .read
+            .reread
     );
     // Another database is another key.
     assert!(
         !c.insert_written(1, &b("k"), &b("w"), later, Instant::now())
-            .read
+            .reread
     );
     // Past the cap (1 s; marks count whole seconds): no longer read.
     let t = Instant::now() + Duration::from_millis(2_100);
     assert!(
         !c.insert_written(0, &b("k"), &b("5"), later + Duration::from_secs(3), t)
-            .read
+            .reread
     );
     // Off (bcast): never a read.
     let off = L1::new(L1Config {
@@ -495,7 +495,7 @@ fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
     assert_eq!(off.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
     assert!(
         !off.insert_written(0, &b("k"), &b("2"), later, Instant::now())
-            .read
+            .reread
     );
 }
 
@@ -546,4 +546,48 @@ fn a_reread_keeps_only_its_own_writes_value() {
     assert!(c.refill_written(0, &b("k"), w7, Some(&b("them")), -1, Instant::now()));
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("them"))));
     assert_eq!(c.stats().refills, 3);
+}
+
+#[test]
+fn unread_writes_are_reread_once_reads_of_them_are_seen() {
+    let c = L1::new(L1Config::default());
+    let later = Instant::now() + Duration::from_secs(60);
+    let fresh = |c: &L1, from: usize| {
+        (from..from + 200)
+            .filter(|i| {
+                c.insert_written(0, &b(&format!("fresh:{i}")), &b("v"), later, Instant::now())
+                    .reread
+            })
+            .count()
+    };
+    assert_eq!(fresh(&c, 0), 0, "nothing measured yet: the read-mark rule");
+    // Keys written once, released unread, and (`read`) read back at once
+    // (a fill each): about 1 in 16 is in the sample, so 8,192 of them
+    // make a period (64 sampled) or more.
+    let round = |c: &L1, tag: &str, read: bool| {
+        for i in 0..8192 {
+            let k = b(&format!("{tag}:{i}"));
+            let at = Instant::now();
+            // (Once on, writes outside the sample ask for a re-read; none
+            // is made here, so all are released.)
+            c.insert_written(0, &k, &b("v"), later, at);
+            c.release_written(0, &k, at);
+            if read {
+                let t = c.begin_fill(0, &k);
+                assert!(c.complete_fill(t, 0, k, Some(b("v")), -1));
+            }
+        }
+    };
+    round(&c, "read", true);
+    assert!(c.rereads_unread_writes());
+    // Outside the sample (15 in 16 keys) a first write is now re-read.
+    let n = fresh(&c, 1000);
+    assert!((150..200).contains(&n), "{n} of 200 re-read");
+    // Writes nobody reads turn it off again.
+    round(&c, "unread", false);
+    round(&c, "unread2", false);
+    assert!(!c.rereads_unread_writes());
+    // (A few share a read mark with one of the 8,192 keys read.)
+    let n = fresh(&c, 2000);
+    assert!(n < 20, "{n} of 200 re-read");
 }

@@ -16,11 +16,12 @@ use super::{overwrite_value, CacheKey, Entry, KeyRef, Origin, Stats, BUCKETS, L1
 pub struct Written {
     /// The value is cached (else the key was only invalidated).
     pub cached: bool,
-    /// The key was read within the TTL cap (a fill, or a hit on a written
-    /// or re-read value): it is being read, so the write should register
-    /// it again with the upstream and it stays cached once it lands (see
-    /// [`L1::refill_written`]). A key nobody read for that long is not.
-    pub read: bool,
+    /// The write should register the key again with the upstream, so that
+    /// it stays cached once it lands (see [`L1::refill_written`]): the key
+    /// was read within the TTL cap (a fill, or a hit on a written or
+    /// re-read value), or, for a key nobody read, the proxy's unread writes
+    /// are being read later (measured on a sample: `marks`' module docs).
+    pub reread: bool,
 }
 
 impl L1 {
@@ -98,7 +99,7 @@ impl L1 {
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
     /// cached (a filtered key or an oversized value is only invalidated),
-    /// and whether the key was read within the TTL cap (its read mark). `now` is the caller's clock read (one per write, not one per
+    /// and whether the write should re-read the key ([`Written::reread`]). `now` is the caller's clock read (one per write, not one per
     /// step).
     pub fn insert_written(
         &self,
@@ -111,13 +112,13 @@ impl L1 {
         let Some(cache) = &self.cache else {
             return Written {
                 cached: false,
-                read: false,
+                reread: false,
             };
         };
         self.mark_used(db);
         let hash = self.hash(db, key);
         self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
-        let read = self.marks.read_lately(hash, now);
+        let reread = self.marks.reread(hash, now);
         if !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
@@ -126,7 +127,7 @@ impl L1 {
             Stats::add(&self.stats.invalidations, 1);
             return Written {
                 cached: false,
-                read,
+                reread,
             };
         }
         let deadline = deadline.min(now + self.cfg.ttl_cap);
@@ -155,7 +156,10 @@ impl L1 {
             match cache.entry(&CacheKey::new(db, key), Some(Duration::ZERO), overwrite) {
                 EntryResult::Retained(true) => {
                     Stats::add(&self.stats.writes, 1);
-                    return Written { cached: true, read };
+                    return Written {
+                        cached: true,
+                        reread,
+                    };
                 }
                 // Heavier: replaced through `insert` below, which evicts
                 // what no longer fits.
@@ -181,7 +185,10 @@ impl L1 {
             dropped.saturating_sub(u64::from(replaces)),
         );
         Stats::add(&self.stats.writes, 1);
-        Written { cached: true, read }
+        Written {
+            cached: true,
+            reread,
+        }
     }
 
     /// A write the proxy acknowledged at `written` (the `now` it gave
@@ -209,6 +216,9 @@ impl L1 {
             .is_some();
         if dropped {
             Stats::add(&self.stats.released, 1);
+            if self.marks.on() {
+                self.marks.released(self.hash(db, key), Instant::now());
+            }
         }
         dropped
     }

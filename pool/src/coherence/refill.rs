@@ -30,10 +30,15 @@
 //! value once it ran; with its `PTTL`, that is a fill of the key made
 //! after the write, and the written entry becomes that fill (`L1::refill_written`)
 //! if it still holds this write's value when the batch's replies are all
-//! in. Keys nobody read within the cap are not re-read: their writes cost
-//! Redis what they cost before (an untracked `SET` and a lookup in the
-//! tracking table), and their values leave the L1 once landed, as before.
-//! A key written twice in one batch is re-read once, after its last write.
+//! in. Keys nobody read within the cap are not re-read while the proxy's
+//! unread writes are not read later either: their writes cost Redis what
+//! they cost before (an untracked `SET` and a lookup in the tracking
+//! table), and their values leave the L1 once landed, as before. When
+//! enough of them are read later (measured on a sample of keys that keeps
+//! this rule: `sidecache_l1`'s read marks, "Unread writes"), every
+//! write is re-read: a miss costs Redis a round trip of its own, a
+//! re-read its part of the batch. A key written twice in one batch is
+//! re-read once, after its last write.
 //!
 //! Why a window and not "read since the last write": a key being read is
 //! often written twice with no read between (half the time at 50%

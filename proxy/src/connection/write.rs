@@ -344,7 +344,7 @@ impl Client {
                 // (fill lane 0) is kept by a re-read: see
                 // `sidecache_pool::config::DEFAULT_FILL_CONNECTIONS`.
                 refill |= written.cached
-                    && written.read
+                    && written.reread
                     && super::cache::fill_lane(&args[k], self.fill_lanes) == 0;
                 self.shared.flights.forget(db, &args[k]);
                 if self.shared.tracked.active() {

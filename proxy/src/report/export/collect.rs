@@ -106,6 +106,11 @@ fn l1(s: &Shared, o: &mut Out) {
         &[],
         s.stale.served.load(std::sync::atomic::Ordering::Relaxed),
     );
+    o.gauge(
+        "sidecache_l1_rereading_unread_writes",
+        &[],
+        f64::from(u8::from(s.l1.rereads_unread_writes())),
+    );
     o.gauge("sidecache_l1_entries", &[], st.entries as f64);
     o.gauge("sidecache_l1_bytes", &[], st.bytes as f64);
     o.gauge(
