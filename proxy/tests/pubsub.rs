@@ -593,3 +593,76 @@ async fn unsubscribe_inside_multi_is_redis_own() {
     }
     proxy.stop().await;
 }
+
+/// SUBSCRIBE and PSUBSCRIBE inside MULTI: queued, then run at EXEC with
+/// their replies in EXEC's array, the client in pub/sub from then on (a
+/// RESP2 PING after them in the block answered as a subscriber's);
+/// SSUBSCRIBE refused at EXEC (a transaction's client may not block); a
+/// SUBSCRIBE without a channel refused at queue time (EXECABORT). In RESP2
+/// and RESP3, byte for byte what the server sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_inside_multi_is_redis_own() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "MULTI",
+                "SUBSCRIBE a b",
+                "PING",
+                "SSUBSCRIBE c",
+                "PSUBSCRIBE p*",
+                "EXEC",
+                "PING",
+                "GET k",
+                "UNSUBSCRIBE a b",
+                "PUNSUBSCRIBE p*",
+            ],
+            "+OK",
+        ),
+        (
+            &[
+                "HELLO 3",
+                "MULTI",
+                "SUBSCRIBE a",
+                "GET k",
+                "EXEC",
+                "GET k",
+                "UNSUBSCRIBE a",
+            ],
+            "+OK",
+        ),
+        (&["MULTI", "SUBSCRIBE", "EXEC"], "+OK"),
+    ];
+    for (lines, from) in cases {
+        let direct = session(&redis.addr().to_string(), lines, from).await;
+        let through = session(&proxy.addr.to_string(), lines, from).await;
+        assert_eq!(through, direct, "{lines:?}");
+    }
+    // Subscribed for real: a message published elsewhere arrives.
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    let input: String = ["MULTI", "SUBSCRIBE news", "EXEC"]
+        .iter()
+        .map(|l| enc(l))
+        .collect();
+    s.write_all(input.as_bytes()).await.unwrap();
+    read_until(&mut s, ":1\r\n").await;
+    let mut p = proxy.conn().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let n: i64 = redis::cmd("PUBLISH")
+            .arg(&["news", "hello"])
+            .query_async(&mut p)
+            .await
+            .unwrap();
+        if n > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never subscribed upstream"
+        );
+    }
+    read_until(&mut s, "hello\r\n").await;
+    proxy.stop().await;
+}

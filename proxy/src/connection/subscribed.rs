@@ -175,7 +175,10 @@ impl Client {
         self.note_mode(before);
     }
 
-    fn note_mode(&mut self, before: bool) {
+    /// After (P|S)(UN)SUBSCRIBE: the client's counts in CLIENT LIST and
+    /// the subscriber gauge follow whether it is now in pub/sub (`before`:
+    /// whether it was).
+    pub(super) fn note_mode(&mut self, before: bool) {
         let now = self.in_pubsub();
         let counts = self.subs.as_ref().map_or([0; 3], |s| {
             [s.channels.len(), s.patterns.len(), s.shard.len()]
@@ -204,6 +207,26 @@ impl Client {
     }
 
     async fn subscribe(&mut self, kind: Kind, args: &[Bytes]) {
+        let start = self.scratch.len();
+        let mut out = std::mem::take(&mut self.scratch);
+        let done = self.subscribe_into(kind, args, &mut out).await;
+        self.scratch = out;
+        self.pending.push(Pending::Local(start..self.scratch.len()));
+        if let Err(msg) = done {
+            self.local_reply(|r| r.error(&msg));
+        }
+    }
+
+    /// (P|S)SUBSCRIBE of `args`' names: each joins the client's
+    /// subscriptions (and the hub's upstream ones), and its reply frame
+    /// goes to `out`. Stops at the first name that cannot be subscribed,
+    /// with the error to answer in its place.
+    pub(super) async fn subscribe_into(
+        &mut self,
+        kind: Kind,
+        args: &[Bytes],
+        out: &mut BytesMut,
+    ) -> Result<(), String> {
         let cluster = self.topo.is_cluster();
         // Where a new upstream subscription goes: a shard channel's
         // master (all of them in one slot, as Redis Cluster demands), any
@@ -211,29 +234,26 @@ impl Client {
         let node = if kind == Kind::Shard && cluster {
             let channels: Vec<usize> = (1..args.len()).collect();
             let Ok(slot) = route::one_slot(args, &channels, None) else {
-                self.local_reply(|r| r.error(route::CROSSSLOT));
-                return;
+                return Err(route::CROSSSLOT.to_owned());
             };
             match route::to_slot(slot, &*self.topo) {
                 Route::Node { node, .. } => node,
                 Route::Unserved(e) => {
-                    self.slot_error(&e);
-                    return;
+                    self.shared.upstream.request_refresh();
+                    return Err(format!("CLUSTERDOWN Hash slot not served ({e})"));
                 }
-                Route::CrossSlot => return,
+                Route::CrossSlot => return Ok(()),
             }
         } else {
             0
         };
         let Some(addr) = self.topo.nodes().get(node).map(|n| n.addr().clone()) else {
-            self.local_reply(|r| r.error("CLUSTERDOWN Hash slot not served"));
-            return;
+            return Err("CLUSTERDOWN Hash slot not served".to_owned());
         };
         let hub = Arc::clone(&self.shared.pubsub);
         let sessions = Arc::clone(self.shared.upstream.sessions());
         let id = self.st.id;
         let push = self.push_kind();
-        let start = self.scratch.len();
         for name in &args[1..] {
             let subs = self.subs_mut();
             if !subs.set(kind).contains(name) {
@@ -259,23 +279,20 @@ impl Client {
                     }
                 };
                 if let Err(e) = done {
-                    let msg = match e {
+                    return Err(match e {
                         crate::pubsub::HubError::Refused(t) => t,
                         other => format!("ERR sidecache: {other}"),
-                    };
-                    self.pending.push(Pending::Local(start..self.scratch.len()));
-                    self.local_reply(|r| r.error(&msg));
-                    return;
+                    });
                 }
                 self.subs_mut().set(kind).insert(name.clone());
             }
             let count = self.subs_mut().count(kind);
-            put_header(&mut self.scratch, push, 3);
-            encode::put_bulk(&mut self.scratch, kind.reply_name(true));
-            encode::put_bulk(&mut self.scratch, name);
-            put_header(&mut self.scratch, b':', count);
+            put_header(out, push, 3);
+            encode::put_bulk(out, kind.reply_name(true));
+            encode::put_bulk(out, name);
+            put_header(out, b':', count);
         }
-        self.pending.push(Pending::Local(start..self.scratch.len()));
+        Ok(())
     }
 
     fn unsubscribe(&mut self, kind: Kind, args: &[Bytes]) {

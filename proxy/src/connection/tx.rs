@@ -27,9 +27,11 @@
 //! L1 at queue time and again when EXEC is answered.
 //!
 //! What a shared connection must never carry stays out of a block:
-//! commands that change the connection itself (SELECT, HELLO, AUTH, CLIENT,
-//! subscriptions, MONITOR, replication) are refused inside MULTI with an
-//! error, and the EXEC then aborts (`-EXECABORT`) without running anything.
+//! commands that change the connection itself are either run by sidecache
+//! at EXEC in their place (CLIENT, (P|S)(UN)SUBSCRIBE; SELECT goes upstream
+//! in its place and is followed) or (HELLO, AUTH, MONITOR, replication)
+//! refused inside MULTI with an error, and the EXEC then aborts
+//! (`-EXECABORT`) without running anything.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::SessionConn;
@@ -88,6 +90,9 @@ pub(super) enum Deferred {
     /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
     /// sidecache's.
     Unsubscribe(Kind, Vec<Bytes>),
+    /// SUBSCRIBE or PSUBSCRIBE (SSUBSCRIBE: refused at EXEC, as Redis
+    /// refuses it there), with its arguments.
+    Subscribe(Kind, Vec<Bytes>),
 }
 
 /// The client's held connection: from WATCH (or a MULTI spanning batches)
@@ -247,8 +252,10 @@ impl Client {
             b"unsubscribe" => self.tx_unsubscribe(Kind::Channel, req).await,
             b"punsubscribe" => self.tx_unsubscribe(Kind::Pattern, req).await,
             b"sunsubscribe" => self.tx_unsubscribe(Kind::Shard, req).await,
-            b"subscribe" | b"psubscribe" | b"ssubscribe" | b"monitor" | b"sync" | b"psync"
-            | b"replconf" => {
+            b"subscribe" => self.tx_subscribe(Kind::Channel, req).await,
+            b"psubscribe" => self.tx_subscribe(Kind::Pattern, req).await,
+            b"ssubscribe" => self.tx_subscribe(Kind::Shard, req).await,
+            b"monitor" | b"sync" | b"psync" | b"replconf" => {
                 let name = String::from_utf8_lossy(&req.args[0]).to_ascii_uppercase();
                 if let Some(tx) = self.tx.as_mut() {
                     tx.dirty = true;
@@ -329,6 +336,24 @@ impl Client {
             None => None,
         };
         self.tx_run_at_exec(refusal, Deferred::Unsubscribe(kind, req.args.clone()));
+    }
+
+    /// (P|S)SUBSCRIBE inside MULTI: queued (upstream queues a PING in its
+    /// place) and run at EXEC, its replies in its place in EXEC's array,
+    /// the client in pub/sub from then on, as on Redis 7 and Valkey.
+    async fn tx_subscribe(&mut self, kind: Kind, req: &Request) {
+        let refusal = if req.args.len() < 2 {
+            Some(format!(
+                "ERR wrong number of arguments for '{}' command",
+                String::from_utf8_lossy(&req.args[0]).to_ascii_lowercase()
+            ))
+        } else {
+            self.user_refusal(&req.args).await.and_then(|f| {
+                sidecache_resp::frame::error_text(&f)
+                    .map(|t| String::from_utf8_lossy(t).into_owned())
+            })
+        };
+        self.tx_run_at_exec(refusal, Deferred::Subscribe(kind, req.args.clone()));
     }
 
     /// SELECT inside MULTI: sent upstream in its place (the commands after

@@ -16,6 +16,8 @@ use sidecache_resp::request::Request;
 use super::{Deferred, End, Held, TxBlock, TxPending, EXECABORT};
 use crate::answer::{self, Local};
 use crate::connection::{Client, Pending};
+use crate::pubsub::Kind;
+use sidecache_pool::Proto;
 
 impl Client {
     /// EXEC or DISCARD closes the block: on a shared connection when
@@ -71,7 +73,10 @@ impl Client {
                     h.session_changed = true;
                 }
             }
-            let replies = replies.map(|f| self.run_deferred(f, end, &tx.deferred, &tx.selects));
+            let replies = match replies {
+                Ok(f) => Ok(self.run_deferred(f, end, &tx.deferred, &tx.selects).await),
+                Err(e) => Err(e),
+            };
             let ok = self.write_tx_replies(&tx.order, replies, end, tx.dirty, true);
             self.pending.push(Pending::Local(start..self.scratch.len()));
             // EXEC and DISCARD both unwatch: the connection is clean again.
@@ -477,18 +482,21 @@ impl Client {
                 self.fill_reads.clear();
             }
         }
-        let replies = replies.map(|mut f| {
-            if t.restore {
-                f.pop();
+        let replies = match replies {
+            Ok(mut f) => {
+                if t.restore {
+                    f.pop();
+                }
+                Ok(self.run_deferred(f, t.end, &t.deferred, &t.selects).await)
             }
-            self.run_deferred(f, t.end, &t.deferred, &t.selects)
-        });
+            Err(e) => Err(e),
+        };
         self.write_tx_replies(&t.order, replies, t.end, t.dirty, false);
     }
 
     /// Puts the replies of locally answered commands, run now (at EXEC,
     /// as Redis runs them), in their places in EXEC's array.
-    fn run_deferred(
+    async fn run_deferred(
         &mut self,
         mut frames: Vec<Bytes>,
         end: End,
@@ -513,10 +521,43 @@ impl Client {
                 }
                 // One frame per name, all in its one place: EXEC's array
                 // counts commands, not frames, as on Redis.
-                Deferred::Unsubscribe(kind, args) => self.unsubscribe_into(*kind, args, &mut out),
+                Deferred::Unsubscribe(kind, args) => {
+                    let before = self.in_pubsub();
+                    self.unsubscribe_into(*kind, args, &mut out);
+                    self.note_mode(before);
+                }
+                // Redis runs a transaction's commands as a client that may
+                // not block, which SSUBSCRIBE refuses.
+                Deferred::Subscribe(Kind::Shard, _) => {
+                    out.extend_from_slice(
+                        b"-ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client\r\n",
+                    );
+                }
+                Deferred::Subscribe(kind, args) => {
+                    let before = self.in_pubsub();
+                    if let Err(msg) = self.subscribe_into(*kind, args, &mut out).await {
+                        out.extend_from_slice(format!("-{msg}\r\n").as_bytes());
+                    }
+                    self.note_mode(before);
+                }
             }
             if let Some(item) = items.get_mut(*at) {
                 *item = out.freeze();
+            }
+        }
+        // A RESP2 client subscribed by the transaction is in pub/sub from
+        // that command on: Redis answers its PINGs after it as a
+        // subscriber's (`pong` and an empty message).
+        let subscribed_at = deferred
+            .iter()
+            .filter(|(_, d)| matches!(d, Deferred::Subscribe(Kind::Channel | Kind::Pattern, _)))
+            .map(|(at, _)| *at)
+            .min();
+        if let Some(from) = subscribed_at.filter(|_| self.st.proto == Proto::Resp2) {
+            for item in items.iter_mut().skip(from + 1) {
+                if &item[..] == b"+PONG\r\n" {
+                    *item = Bytes::from_static(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+                }
             }
         }
         // A SELECT that ran moves the client to its database.
