@@ -11,10 +11,10 @@ use sidecache_resp::int::parse_i64;
 use crate::state::clients::{ClientEntry, Fields, Line};
 use crate::state::users::{self, Login};
 use crate::state::Shared;
+use crate::tracking::command as tracking;
 
 mod kill;
 mod sidecache;
-pub mod tracking;
 pub use crate::cmd::local::Local;
 
 /// Per-connection session state.

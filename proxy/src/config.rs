@@ -359,7 +359,7 @@ impl Config {
             tracking_table_max_keys: match o.tracking_table_max_keys {
                 Some(0) => return Err(err("--tracking-table-max-keys", "must be at least 1")),
                 Some(n) => n,
-                None => crate::pubsub::tracking::DEFAULT_MAX_KEYS,
+                None => crate::tracking::DEFAULT_MAX_KEYS,
             },
             hotkeys_sample,
             prefix_stats,

@@ -51,6 +51,7 @@ pub mod report;
 pub mod server;
 pub mod state;
 pub mod top;
+pub mod tracking;
 
 use std::sync::Arc;
 
@@ -116,7 +117,7 @@ pub async fn prepare(config: Config) -> Result<Arc<Shared>, StartError> {
         .set_coherence_listener(Arc::new(state::FollowInvalidations(Arc::downgrade(
             &shared,
         ))));
-    tokio::spawn(pubsub::tracking::Tracked::report_expiries(
+    tokio::spawn(tracking::Tracked::report_expiries(
         Arc::downgrade(&shared),
         |s: &Shared| &s.tracked,
     ));

@@ -61,7 +61,6 @@ pub mod glob;
 mod link;
 pub mod monitor;
 mod outbox;
-pub mod tracking;
 
 pub use outbox::{Outbox, OutputLimit};
 
@@ -129,6 +128,9 @@ impl Msg {
     }
 }
 
+/// The keys of one invalidation message.
+pub type Keys = smallvec::SmallVec<[Bytes; 1]>;
+
 /// What a client's outbox carries.
 #[derive(Debug)]
 pub enum Delivery {
@@ -141,7 +143,7 @@ pub enum Delivery {
     /// A MONITOR line, encoded.
     Monitor(Bytes),
     /// CLIENT TRACKING: these keys changed (`None`: every key may have).
-    Invalidate(Option<tracking::Keys>),
+    Invalidate(Option<Keys>),
     /// CLIENT TRACKING: the REDIRECT client (this id) left.
     RedirectBroken(u64),
 }

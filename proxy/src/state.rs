@@ -51,7 +51,7 @@ pub struct Shared {
     /// Shared upstream subscriptions and the MONITOR feed.
     pub pubsub: std::sync::Arc<crate::pubsub::Hub>,
     /// CLIENT TRACKING: which client follows which key.
-    pub tracked: crate::pubsub::tracking::Tracked,
+    pub tracked: crate::tracking::Tracked,
     /// The connection pools of ACL users clients authenticated as.
     pub users: crate::state::users::Users,
     /// `--l1-stale-if-error`: what lost channels left served.
@@ -75,7 +75,7 @@ impl Shared {
         Shared {
             l1: L1::new(config.l1.clone()),
             flights: Flights::default(),
-            tracked: crate::pubsub::tracking::Tracked::new(config.tracking_table_max_keys),
+            tracked: crate::tracking::Tracked::new(config.tracking_table_max_keys),
             stale: crate::state::stale::Stale::new(config.l1_stale_if_error),
             pause: crate::state::pause::Pause::default(),
             users: crate::state::users::Users::new(

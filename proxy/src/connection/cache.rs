@@ -400,7 +400,7 @@ impl Client {
 
     /// A forwarded write that gives its key a time to live: its tracking
     /// clients hear of the expiry when it falls due
-    /// ([`crate::pubsub::tracking::Tracked::expire_at`]). Queued inside
+    /// ([`crate::tracking::Tracked::expire_at`]). Queued inside
     /// MULTI, it runs at EXEC, and so does its clock
     /// ([`Client::start_tx_expiries`]).
     fn report_expiry(&mut self, info: &CommandInfo, args: &[Bytes]) {
@@ -464,7 +464,7 @@ impl Client {
     /// [`Client::apply`]; `spare`: the write was this client's script run
     /// where Redis follows what it read, so this client keeps its
     /// registrations and hears of real changes from Redis
-    /// ([`crate::pubsub::tracking::Tracked::invalidate_sparing`]).
+    /// ([`crate::tracking::Tracked::invalidate_sparing`]).
     pub(super) fn apply_sparing(&self, inval: &Inval, spare: bool) {
         if self.replica_reads {
             self.stamp_written(inval);

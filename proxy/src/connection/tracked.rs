@@ -1,7 +1,7 @@
 //! CLIENT TRACKING on the connection's side: a tracking client's reads are
 //! registered before they are dispatched, and after the batch's replies
 //! each read of a key sidecache does not follow upstream is invalidated at
-//! once (the argument is in `crate::pubsub::tracking`).
+//! once (the contract and its argument: `crate::tracking`).
 
 use bytes::{BufMut, Bytes};
 use sidecache_pool::{Proto, Slot};
@@ -10,8 +10,8 @@ use sidecache_resp::shape::{self, Shape};
 use smallvec::SmallVec;
 
 use super::{Client, Inval, Pending};
-use crate::pubsub::tracking::Sink;
 use crate::state::Shared;
+use crate::tracking::Sink;
 
 /// Commands that run a script or a function with declared keys.
 const SCRIPTS: &[&str] = &[

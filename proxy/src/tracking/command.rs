@@ -1,7 +1,8 @@
 //! CLIENT TRACKING, CLIENT CACHING, CLIENT GETREDIR and CLIENT
 //! TRACKINGINFO: a client's own client-side-caching state, with Redis's
 //! replies and error texts (read off Redis 7.0). What the state makes
-//! sidecache send is in `crate::pubsub::tracking`.
+//! sidecache send is in [`super::table`]; the contract in
+//! [`crate::tracking`].
 
 use bytes::Bytes;
 use sidecache_resp::encode::Reply;
