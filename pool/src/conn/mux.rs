@@ -41,9 +41,10 @@
 //! the writer sends `AUTH` with the current secret every
 //! `--upstream-reauth-interval`, between two requests, never inside one (a
 //! MULTI…EXEC block a client sends on a shared connection is one request),
-//! and the reader counts its answer. A refused one ends the connection as
-//! a `-READONLY` does (above), and the supervisor reconnects with a
-//! freshly fetched secret: no request fails for it.
+//! and the reader counts its answer. A `PING` follows it, since a server
+//! may send no reply to a refused `AUTH` (`mux/reauth.rs`). A refused one
+//! ends the connection as a `-READONLY` does (above), and the supervisor
+//! reconnects with a freshly fetched secret: no request fails for it.
 //!
 //! # Race window
 //! The writer queues the `Inflight` entry *before* writing the bytes, so the
@@ -68,11 +69,12 @@ use crate::error::{Error, Result};
 
 mod echo;
 mod gather;
+mod reauth;
 mod supervise;
 
 use gather::Gather;
 use sidecache_resp::encode;
-use sidecache_resp::frame::{self, Scanner};
+use sidecache_resp::frame::Scanner;
 use supervise::{supervise, Role};
 
 /// Requests queued per connection before callers wait (backpressure).
@@ -381,10 +383,10 @@ async fn run_connected(
             r = rx.recv() => r,
             _ = tick(&mut reauth) => {
                 let mut p = BytesMut::with_capacity(64);
-                if !auth.encode_auth(&mut p) {
+                if !reauth::encode(auth, &mut p) {
                     continue;
                 }
-                let entry = Inflight { count: 1, frames: Vec::with_capacity(1), sink: Sink::Reauth, payload: None, writes: false, sent: Bytes::new() };
+                let entry = Inflight { count: reauth::COMMANDS, frames: Vec::with_capacity(reauth::COMMANDS), sink: Sink::Reauth, payload: None, writes: false, sent: Bytes::new() };
                 if inflight_tx.send(entry).await.is_err() {
                     continue;
                 }
@@ -574,6 +576,10 @@ async fn read_loop(
                             }
                         }
                     }
+                    if let (Sink::Reauth, true) = (&cur.sink, cur.frames.is_empty()) {
+                        // The AUTH's reply withheld: a refusal (`reauth`).
+                        cur.frames.extend(reauth::withheld(&frame));
+                    }
                     cur.frames.push(frame);
                     echoes.replied(&cur);
                     if cur.frames.len() >= cur.count {
@@ -584,11 +590,7 @@ async fn read_loop(
                                 let _ = tx.send(Ok(cur.frames));
                             }
                             Sink::Reauth => {
-                                let refused = cur
-                                    .frames
-                                    .first()
-                                    .and_then(|f| frame::error_text(f))
-                                    .map(|t| String::from_utf8_lossy(t).into_owned());
+                                let refused = reauth::refusal(&cur.frames);
                                 watch
                                     .auth
                                     .note_reauth(&addr, refused.as_deref().map_or(Ok(()), Err));

@@ -90,8 +90,15 @@ async fn run<U: Dispatch>(
                     let frame = buf.split_to(len).freeze();
                     if frame.first() != Some(&b'>') {
                         if awaited.pop_front() == Some(true) {
+                            // A PONG for an AUTH answers the PING sent
+                            // after it: the server withheld the AUTH's
+                            // refusal (replies were pending, see
+                            // `conn/mux/reauth.rs`).
+                            let withheld = frame[..] == *b"+PONG\r\n";
                             let refused = frame::error_text(&frame);
-                            let why = refused.map(|t| String::from_utf8_lossy(t).into_owned());
+                            let why = refused
+                                .map(|t| String::from_utf8_lossy(t).into_owned())
+                                .or_else(|| withheld.then(|| "AUTH refused with no reply".into()));
                             auth.note_reauth(addr, why.as_deref().map_or(Ok(()), Err));
                             if why.is_some() {
                                 // Replaced as a lost channel is (the L1
