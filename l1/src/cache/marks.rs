@@ -21,8 +21,9 @@
 //! `PTTL`), a re-read only its part of a batch. Re-reading every write on
 //! the worst row of `bench/workload.sh` (Zipf 0.99 over 10^6 keys, 50%
 //! writes, where 12% of unread writes are read later) cost Redis 7.62 µs
-//! per operation against 8.88 with the read-mark rule alone, and bcast's
-//! 9.00. A load that never reads what it writes reads no ghost and keeps
+//! per operation against bcast's 8.00 in one run; the read-mark rule
+//! alone, 8.88 against bcast's 9.00 in the run before it. A load that
+//! never reads what it writes reads no ghost and keeps
 //! the rule: its writes cost Redis what untracked writes cost.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
