@@ -512,10 +512,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 "LIST",
                 "(answered by sidecache)",
             ];
-            r.array(lines.len());
-            for l in lines {
-                r.status(l);
-            }
+            r.help(&lines);
         }
         b"id" | b"getname" | b"setname" | b"setinfo" | b"info" | b"no-evict" | b"no-touch" => {
             wrong(r)

@@ -41,6 +41,14 @@ impl Reply<'_> {
         self.out.put_slice(b"\r\n");
     }
 
+    /// A `HELP` reply: an array of status lines, as Redis's `addReplyHelp`.
+    pub fn help(&mut self, lines: &[&str]) {
+        self.array(lines.len());
+        for l in lines {
+            self.status(l);
+        }
+    }
+
     /// `+OK`.
     pub fn ok(&mut self) {
         self.out.put_slice(b"+OK\r\n");

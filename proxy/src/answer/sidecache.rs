@@ -91,10 +91,7 @@ pub(super) fn run(args: &[Bytes], db: u16, shared: &Shared, r: &mut Reply<'_>) {
             "HELP",
             "    Print this help.",
         ];
-        r.array(lines.len());
-        for l in lines {
-            r.status(l);
-        }
+        r.help(&lines);
     } else {
         r.error(&format!(
             "ERR unknown subcommand '{}'. Try SIDECACHE HELP.",
