@@ -74,6 +74,23 @@ pub enum StartError {
     CommandTable(String),
 }
 
+/// The runtime the proxy runs on: `threads` workers, every driver, and
+/// tasks run in the order they were woken. Tokio's LIFO slot (off here
+/// with `tokio_unstable`, set by .cargo/config.toml) runs the task woken
+/// last first: two clients whose commands arrived together were read
+/// newest first, and clients blocked on one key were served out of the
+/// order they blocked (`crate::state::turns`).
+///
+/// # Errors
+/// The runtime's, when its threads or driver cannot start.
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(threads).enable_all();
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
+    builder.build()
+}
+
 /// Connects to upstream and loads the command table.
 ///
 /// # Errors

@@ -65,11 +65,7 @@ fn main() -> std::process::ExitCode {
             .with_target(false)
             .init(),
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.threads)
-        .enable_all()
-        .build()
-    {
+    let runtime = match sidecache::runtime(config.threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sidecache: cannot start the runtime: {e}");

@@ -9,6 +9,7 @@ pub mod clients;
 pub mod flight;
 pub mod pause;
 pub mod stale;
+pub mod turns;
 pub mod users;
 
 use std::collections::BTreeMap;
@@ -67,6 +68,9 @@ pub struct Shared {
     /// Clients blocked now: their node and the upstream id of the held
     /// connection their command blocks on (for CLIENT UNBLOCK).
     pub blocked: Mutex<std::collections::HashMap<u64, (std::sync::Arc<sidecache_pool::Node>, i64)>>,
+    /// Each node's turn for blocking commands (served in the order they
+    /// blocked).
+    pub turns: crate::state::turns::Turns,
 }
 
 impl Shared {
@@ -101,6 +105,7 @@ impl Shared {
             next_id: AtomicU64::new(1),
             clients: Mutex::new(BTreeMap::new()),
             blocked: Mutex::default(),
+            turns: crate::state::turns::Turns::default(),
         }
     }
 

@@ -300,3 +300,70 @@ async fn client_unblock_through_sidecache() {
     }
     proxy.stop().await;
 }
+
+/// Redis's `unit/type/list` "BRPOPLPUSH with multiple blocked clients":
+/// two clients block on one list back to back, the first towards a key
+/// that is not a list; a push then reaches the first (WRONGTYPE, the
+/// element stays) and then the second. Redis serves blocked clients first
+/// come, first served, and so must sidecache: before the runtime's LIFO
+/// slot was turned off it read the second socket first in almost every
+/// round, and the first client then blocked for ever.
+/// On the proxy's own runtime (`sidecache::runtime`), with one worker as
+/// on a 2-CPU machine.
+#[test]
+fn blocked_clients_are_served_in_the_order_they_blocked() {
+    sidecache::runtime(1).unwrap().block_on(served_in_order());
+}
+
+async fn served_in_order() {
+    use tokio::io::AsyncWriteExt;
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut r = TcpStream::connect(proxy.addr).await.unwrap();
+    for round in 0..20 {
+        send(
+            &mut r,
+            &["DEL blist target1 target2", "SET target1 nolist"],
+            2,
+        )
+        .await;
+        let mut a = TcpStream::connect(proxy.addr).await.unwrap();
+        let mut b = TcpStream::connect(proxy.addr).await.unwrap();
+        // Both connections idle, as a client's are between commands (a
+        // task started just now reads at once, before one woken).
+        send(&mut a, &["PING"], 1).await;
+        send(&mut b, &["PING"], 1).await;
+        // Every other round the first client has a write queued before
+        // its command (it waits for that write to land; the second does
+        // not have to).
+        let first = if round % 2 == 0 {
+            enc("BRPOPLPUSH blist target1 0")
+        } else {
+            enc(&format!("SET mine{round} x")) + &enc("BRPOPLPUSH blist target1 0")
+        };
+        // Back to back: both arrive before sidecache reads either.
+        a.write_all(first.as_bytes()).await.unwrap();
+        b.write_all(enc("BRPOPLPUSH blist target2 0").as_bytes())
+            .await
+            .unwrap();
+        redis_blocked(&redis, 2).await;
+        assert_eq!(send(&mut r, &["LPUSH blist foo"], 1).await, ":1\r\n");
+        let replies = if round % 2 == 0 { 1 } else { 2 };
+        let got_a = String::from_utf8_lossy(&raw_on(&mut a, b"", replies).await).into_owned();
+        assert!(
+            got_a.ends_with(
+                "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+            ),
+            "round {round}: the first client blocked got {got_a:?}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&raw_on(&mut b, b"", 1).await),
+            "$3\r\nfoo\r\n",
+            "round {round}"
+        );
+        assert_eq!(
+            send(&mut r, &["LRANGE target2 0 -1"], 1).await,
+            "*1\r\n$3\r\nfoo\r\n"
+        );
+    }
+}

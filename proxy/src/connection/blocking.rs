@@ -92,6 +92,9 @@ impl Client {
                 self.blocking_error(&sidecache_pool::Error::SlotUnassigned(0));
                 return Flow::Continue;
             };
+            // Taken before anything this command waits for, given back
+            // once Redis has read it (`crate::state::turns`).
+            let turn = self.shared.turns.take(n.addr()).await;
             if let Err(e) = self.wait_writes(&n).await {
                 self.blocking_error(&e);
                 return Flow::Continue;
@@ -136,6 +139,8 @@ impl Client {
                     return Flow::Continue;
                 }
             };
+            // CLIENT ID answered: Redis has read the command after it.
+            drop(turn);
             let id = ids
                 .first()
                 .and_then(|f| frame::Value::decode(f).ok())
