@@ -4,7 +4,7 @@
 //! clients of this proxy reach Redis on two held connections, and three
 //! things could put the second one's command upstream first:
 //! - the runtime reading the second client's socket first (its LIFO slot
-//!   runs the task woken last; `main` turns it off);
+//!   runs the task woken last; `crate::runtime` turns it off);
 //! - the first command waiting longer for its node's queued writes to land;
 //! - the first command waiting longer for a held connection.
 //!
