@@ -161,7 +161,7 @@
 //!
 //! [`sidecache_l1`'s `begin_fill`]: https://docs.rs/sidecache-l1
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -291,11 +291,17 @@ pub(crate) struct Hub {
 /// Keys whose echo is awaited, as seeded 64-bit hashes: nothing is copied
 /// or allocated per write (a key another one shares its hash with, one
 /// chance in 2^64 per pair, would have its report taken for an echo: the
-/// L1 still forgets it).
+/// L1 still forgets it). Each wait is per connection of the key's node: a
+/// key's registrations, and so its reports, are per connection, and a
+/// read answered on one says nothing of the others (a registration there
+/// made before the write still reports the write). Beside each hash, the
+/// node's connections whose wait ended (a bit per connection, by its
+/// place among the node's tracking connections): by the echo, or by a
+/// read answered there. The key is dropped when every wait ended.
 #[derive(Default)]
 struct Due {
     seed: foldhash::fast::RandomState,
-    hashes: HashSet<u64, foldhash::fast::RandomState>,
+    hashes: HashMap<u64, u64, foldhash::fast::RandomState>,
 }
 
 impl Due {
@@ -307,14 +313,34 @@ impl Due {
         self.hashes.is_empty()
     }
 
+    /// A write of `key` is about to be sent: its echo is awaited on every
+    /// connection.
     fn insert(&mut self, key: &[u8]) {
         let h = self.hash(key);
-        self.hashes.insert(h);
+        self.hashes.insert(h, 0);
     }
 
-    fn remove(&mut self, key: &[u8]) -> bool {
+    /// Ends `key`'s wait on the connection with bit `bit` (of `all`, the
+    /// node's); whether it was still awaited there.
+    fn end(&mut self, key: &[u8], bit: u64, all: u64) -> bool {
         let h = self.hash(key);
-        self.hashes.remove(&h)
+        let Some(ended) = self.hashes.get_mut(&h) else {
+            return false;
+        };
+        let awaited = *ended & bit == 0;
+        *ended |= bit;
+        if *ended & all == all {
+            self.hashes.remove(&h);
+        }
+        awaited
+    }
+
+    /// Ends every wait on the connection with bit `bit`.
+    fn end_all(&mut self, bit: u64, all: u64) {
+        self.hashes.retain(|_, ended| {
+            *ended |= bit;
+            *ended & all != all
+        });
     }
 }
 
@@ -378,8 +404,9 @@ impl Hub {
     /// Optin, with a client of the proxy tracking: this proxy is about to
     /// send a write of `keys` (acknowledged write-behind writes, forwarded
     /// writes at dispatch), so the next report of each is taken
-    /// as this write's echo unless a read of the key is answered first on
-    /// a channel connection (see `crate::conn::mux`'s `echo`).
+    /// as this write's echo, on each of its node's tracking connections,
+    /// unless a read of the key is answered first on that connection (see
+    /// `crate::conn::mux`'s `echo`).
     pub(crate) fn expect_echoes(&self, keys: &[Bytes]) {
         if self.mode != TrackingMode::Optin || !self.echo_wanted.load(Ordering::Relaxed) {
             return;
@@ -451,6 +478,10 @@ pub struct Channel {
     hub: Arc<Hub>,
     /// Covers every master (the peer channel): its loss clears everything.
     all: bool,
+    /// Its bit among its node's tracking connections, and all their bits
+    /// (echo waits are per connection: [`Due`]).
+    bit: u64,
+    node_bits: u64,
 }
 
 impl Channel {
@@ -461,6 +492,25 @@ impl Channel {
             up: AtomicBool::new(false),
             hub,
             all: false,
+            bit: 1,
+            node_bits: 1,
+        }
+    }
+
+    /// The channel of its node's tracking connection `index` of `count`
+    /// (past 64, connections share bits: a read answered on one then ends
+    /// the other's wait too, which costs at most a message too many).
+    pub(crate) fn placed(self, index: usize, count: usize) -> Channel {
+        let bit = 1u64 << (index % 64);
+        let node_bits = if count >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << count.max(1)) - 1
+        };
+        Channel {
+            bit,
+            node_bits,
+            ..self
         }
     }
 
@@ -488,28 +538,30 @@ impl Channel {
         self.is_optin() && self.hub.echo_wanted.load(Ordering::Relaxed)
     }
 
-    /// A channel connection answered a command other than a write-behind
-    /// write, whose arguments were `args` (name first): a read that may
-    /// have registered its keys. Redis reports a change of a key
-    /// registered from now on after this reply, so the key's next report
-    /// is no longer taken for our write's echo. A script or function may
-    /// read keys it does not name: it ends every wait.
     /// Whether some key's echo is awaited ([`Channel::answered`] has work).
     pub(crate) fn awaits_echoes(&self) -> bool {
         !self.hub.due().is_empty()
     }
 
+    /// This channel's connection answered a command other than a
+    /// write-behind write, whose arguments were `args` (name first): a read
+    /// that may have registered its keys here. Redis reports a change of a
+    /// key registered from now on after this reply, on this connection, so
+    /// the key's next report *here* is no longer taken for our write's
+    /// echo; on the node's other connections it still is (a registration
+    /// there made before our write reports that write). A script or
+    /// function may read keys it does not name: it ends every wait here.
     pub(crate) fn answered(&self, args: &[Bytes]) {
         let mut due = self.hub.due();
         if due.is_empty() {
             return;
         }
         if runs_code(args.first().map(|n| &n[..])) {
-            due.hashes.clear();
+            due.end_all(self.bit, self.node_bits);
             return;
         }
         for a in args.iter().skip(1) {
-            due.remove(a);
+            due.end(a, self.bit, self.node_bits);
         }
     }
 
@@ -613,7 +665,7 @@ impl Channel {
                 {
                     let mut due = self.hub.due();
                     for k in keys {
-                        let awaited = !due.is_empty() && due.remove(&k);
+                        let awaited = !due.is_empty() && due.end(&k, self.bit, self.node_bits);
                         if own.contains(&k) {
                             here.push(k);
                         } else if awaited {

@@ -140,3 +140,48 @@ fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
     hub.expect_echoes(&[b("z")]);
     assert_eq!(hub.due().hashes.len(), 1);
 }
+
+/// Echo waits are per connection of the node: a read answered on one fill
+/// connection registers the key there only, so the report of our write
+/// on the other connection (whose registration came before it) is still
+/// our echo; each connection's report is taken once.
+#[test]
+fn echo_waits_are_per_connection() {
+    let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+    let push = |k: &str| {
+        Bytes::from(format!(
+            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
+            k.len()
+        ))
+    };
+    let (hub, seen, first) = channel_with_listener(TrackingMode::Optin);
+    let addr = NodeAddr {
+        host: "127.0.0.1".into(),
+        port: 7000,
+    };
+    let first = first.placed(0, 2);
+    let second = Channel::new(addr, 0, Arc::clone(&hub)).placed(1, 2);
+    hub.echo_wanted.store(true, Ordering::Relaxed);
+    hub.expect_echoes(&[b("k"), b("j")]);
+    // k read back on the first connection, reported on the second: echo.
+    first.answered(&[b("GET"), b("k")]);
+    second.on_push(&push("k"), &[]);
+    // Both connections' waits for k ended: its next report is news.
+    assert_eq!(hub.due().hashes.len(), 1);
+    second.on_push(&push("k"), &[]);
+    first.on_push(&push("k"), &[]);
+    // j reported on both (registered on both before the write): echoes.
+    first.on_push(&push("j"), &[]);
+    second.on_push(&push("j"), &[]);
+    assert!(!first.awaits_echoes());
+    // A script answered on the first ends its waits there only.
+    hub.expect_echoes(&[b("x")]);
+    first.answered(&[b("EVALSHA"), b("0123"), b("0")]);
+    second.on_push(&push("x"), &[]);
+    first.on_push(&push("x"), &[]);
+    let got = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        got,
+        vec!["echo k", "k", "k", "echo j", "echo j", "echo x", "x"]
+    );
+}
