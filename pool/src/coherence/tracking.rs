@@ -161,8 +161,7 @@
 //!
 //! [`sidecache_l1`'s `begin_fill`]: https://docs.rs/sidecache-l1
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use due::Due;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -286,62 +285,6 @@ pub(crate) struct Hub {
     /// `crate::conn::mux`'s `echo`, "Echoes elsewhere"); at most
     /// [`ECHOES_DUE_MAX`].
     due: Mutex<Due>,
-}
-
-/// Keys whose echo is awaited, as seeded 64-bit hashes: nothing is copied
-/// or allocated per write (a key another one shares its hash with, one
-/// chance in 2^64 per pair, would have its report taken for an echo: the
-/// L1 still forgets it). Each wait is per connection of the key's node: a
-/// key's registrations, and so its reports, are per connection, and a
-/// read answered on one says nothing of the others (a registration there
-/// made before the write still reports the write). Beside each hash, the
-/// node's connections whose wait ended (a bit per connection, by its
-/// place among the node's tracking connections): by the echo, or by a
-/// read answered there. The key is dropped when every wait ended.
-#[derive(Default)]
-struct Due {
-    seed: foldhash::fast::RandomState,
-    hashes: HashMap<u64, u64, foldhash::fast::RandomState>,
-}
-
-impl Due {
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.seed.hash_one(key)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
-    }
-
-    /// A write of `key` is about to be sent: its echo is awaited on every
-    /// connection.
-    fn insert(&mut self, key: &[u8]) {
-        let h = self.hash(key);
-        self.hashes.insert(h, 0);
-    }
-
-    /// Ends `key`'s wait on the connection with bit `bit` (of `all`, the
-    /// node's); whether it was still awaited there.
-    fn end(&mut self, key: &[u8], bit: u64, all: u64) -> bool {
-        let h = self.hash(key);
-        let Some(ended) = self.hashes.get_mut(&h) else {
-            return false;
-        };
-        let awaited = *ended & bit == 0;
-        *ended |= bit;
-        if *ended & all == all {
-            self.hashes.remove(&h);
-        }
-        awaited
-    }
-
-    /// Ends every wait on the connection with bit `bit`.
-    fn end_all(&mut self, bit: u64, all: u64) {
-        self.hashes.retain(|_, ended| {
-            *ended |= bit;
-            *ended & all != all
-        });
-    }
 }
 
 /// Bound of the keys whose echo is awaited elsewhere; past it they are all
@@ -700,5 +643,6 @@ impl Channel {
     }
 }
 
+mod due;
 #[cfg(test)]
 mod tests;
