@@ -73,16 +73,14 @@ impl Node {
         };
         // Optin: the channel and `fill_connections - 1` fillers, each its
         // own place (echo waits are per connection).
-        let count = match hub {
-            Some(h) if h.mode == crate::config::TrackingMode::Optin => fill_connections.max(1),
-            _ => 1,
-        };
+        let optin = hub.is_some_and(|h| h.mode == crate::config::TrackingMode::Optin);
+        let count = if optin { fill_connections.max(1) } else { 1 };
         let channel = hub.map(|h| {
             Arc::new(Channel::new(addr.clone(), tracked_db, Arc::clone(h)).placed(0, count))
         });
         let tracker = channel.as_ref().map(tracked);
         let fillers = match hub {
-            Some(h) if h.mode == crate::config::TrackingMode::Optin => (1..fill_connections)
+            Some(h) if optin => (1..fill_connections)
                 .map(|i| {
                     let ch = Arc::new(
                         Channel::new(addr.clone(), tracked_db, Arc::clone(h)).placed(i, count),

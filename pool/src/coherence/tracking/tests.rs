@@ -102,15 +102,21 @@ fn pushes_reach_the_listener_and_loss_resets() {
     assert_eq!(hub.stats.channel_losses.load(Ordering::Relaxed), 1);
 }
 
+/// `s` as a key or argument.
+fn b(s: &'static str) -> Bytes {
+    Bytes::from_static(s.as_bytes())
+}
+
+/// Redis's RESP3 invalidation push of `k`.
+fn push(k: &str) -> Bytes {
+    Bytes::from(format!(
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
+        k.len()
+    ))
+}
+
 #[test]
 fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
-    let b = |s: &'static str| Bytes::from_static(s.as_bytes());
-    let push = |k: &str| {
-        Bytes::from(format!(
-            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
-            k.len()
-        ))
-    };
     let (hub, seen, ch) = channel_with_listener(TrackingMode::Optin);
     // No client tracks: nothing is awaited.
     hub.expect_echoes(&[b("a")]);
@@ -147,13 +153,6 @@ fn an_awaited_echo_is_taken_once_and_a_read_answered_ends_the_wait() {
 /// our echo; each connection's report is taken once.
 #[test]
 fn echo_waits_are_per_connection() {
-    let b = |s: &'static str| Bytes::from_static(s.as_bytes());
-    let push = |k: &str| {
-        Bytes::from(format!(
-            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{k}\r\n",
-            k.len()
-        ))
-    };
     let (hub, seen, first) = channel_with_listener(TrackingMode::Optin);
     let addr = NodeAddr {
         host: "127.0.0.1".into(),
