@@ -189,6 +189,8 @@ wait_ping() { # wait_ping NAME PID PORT
 }
 TCK="$(getconf CLK_TCK)"
 ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# ns a process's threads spent on a CPU (schedstat: exact, where ticks are 10 ms).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
 # Redis's commandstats as `cmd calls` lines.
 cmdstats() {
   redis-cli -p "$RP" info commandstats | tr -d '\r' |
@@ -332,14 +334,14 @@ run_side() {
   : >"$m0"; : >"$m1"
   cmdstats >"$c0"
   local r0 s0 r1 s1 line
-  r0="$(ticks "$RPID")"; s0="$( [[ -n "$SC_PID" ]] && ticks "$SC_PID" || echo 0)"
+  r0="$(cpu_ns "$RPID")"; s0="$( [[ -n "$SC_PID" ]] && cpu_ns "$SC_PID" || echo 0)"
   [[ -n "$SC_PID" ]] && curl -fsS "http://127.0.0.1:$SC_MPORT/metrics" >"$m0"
   run_load "${args[@]}" ||
     die "workload failed: $type $dist s=$s keys=$keys w=$w side=$side (see $WORK/workload.log)"
   line="$LINE"
   [[ -n "$SC_PID" ]] && drain
   [[ -n "$SC_PID" ]] && curl -fsS "http://127.0.0.1:$SC_MPORT/metrics" >"$m1"
-  r1="$(ticks "$RPID")"; s1="$( [[ -n "$SC_PID" ]] && ticks "$SC_PID" || echo 0)"
+  r1="$(cpu_ns "$RPID")"; s1="$( [[ -n "$SC_PID" ]] && cpu_ns "$SC_PID" || echo 0)"
   cmdstats >"$c1"
   local ops errors nils
   ops="$(kv ops "$line")"; errors="$(kv errors "$line")"; nils="$(kv nils "$line")"
@@ -357,11 +359,11 @@ run_side() {
     up=$(($(metric "$m1" sidecache_upstream_commands_total) - $(metric "$m0" sidecache_upstream_commands_total)))
     ratio="$(awk -v h="$hits" -v m="$misses" 'BEGIN { if (h + m > 0) printf "%.4f", h / (h + m) }')"
     upper="$(awk -v u="$up" -v n="$ops" 'BEGIN { printf "%.3f", u / n }')"
-    sccpu="$(awk -v a="$s0" -v b="$s1" -v n="$ops" -v t="$TCK" 'BEGIN { printf "%.2f", (b - a) / t * 1e6 / n }')"
+    sccpu="$(awk -v a="$s0" -v b="$s1" -v n="$ops" 'BEGIN { printf "%.2f", (b - a) / 1e3 / n }')"
   fi
   local rcmd rcpu
   rcmd="$(awk -v c="$total" -v n="$ops" 'BEGIN { printf "%.3f", c / n }')"
-  rcpu="$(awk -v a="$r0" -v b="$r1" -v n="$ops" -v t="$TCK" 'BEGIN { printf "%.2f", (b - a) / t * 1e6 / n }')"
+  rcpu="$(awk -v a="$r0" -v b="$r1" -v n="$ops" 'BEGIN { printf "%.3f", (b - a) / 1e3 / n }')"
   echo "$round,$type,$dist,$s,$keys,$w,$side,$ops,$(kv secs "$line"),$(kv ops_per_s "$line"),$(kv p50_us "$line"),$(kv p99_us "$line"),$(kv p999_us "$line"),$(kv reads "$line"),$(kv writes "$line"),$errors,$nils,$hits,$misses,$ratio,$upper,$rcmd,$rcpu,$sccpu,$bycmd" >>"$RAW"
   printf '[workload]   %-6s %-5s %-7s s=%-4s keys=%-7s w=%-3s %-7s %7s ops/s p50 %6s p99 %7s hit %-6s redis cmd/op %s cpu/op %s µs\n' \
     "r$round" "$type" "$dist" "$s" "$keys" "$w" "$side" "$(kv ops_per_s "$line")" "$(kv p50_us "$line")" \
