@@ -143,17 +143,20 @@ enum Pending {
     Join(Joined),
     Mget(Vec<MgetItem>),
     Invalidate(Inval),
+    /// A followed transaction's writes ([`Client::tx_invalidated`]).
+    TxInvalidate(Box<(Inval, Vec<(Bytes, bool)>)>),
+    /// A held transaction's reads, read again ([`Client::tx_follow`]).
+    TxFollow(Box<tracked::TxFollow>),
     /// PING while a node is not known healthy, and FUNCTION STATS:
     /// answered by that node (or the first), on its control connection
     /// (the encoded command).
     Control(Bytes),
     /// SCRIPT KILL / FUNCTION KILL, to every master's control connection.
     Kill(Bytes),
-    /// After a `CONFIG SET` of `tracking-table-max-keys` (answers nothing):
-    /// the keys Redis then stops following for sidecache are applied
-    /// before the batch is answered ([`sidecache_pool::Upstream::settle_tracking`]),
-    /// so a tracking client hears of them before its next reply, as from
-    /// Redis.
+    /// After a `CONFIG SET` of `tracking-table-max-keys` (answers
+    /// nothing): the keys Redis then stops following for sidecache are
+    /// applied before the batch is answered (`Upstream::settle_tracking`),
+    /// so a tracking client hears of them before its next reply, as Redis.
     Settle,
     /// A write-behind write recorded in the write journal as this
     /// sequence number: `+OK` once the journal holds it (`-MISCONF` if it

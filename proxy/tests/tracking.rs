@@ -579,3 +579,61 @@ async fn scripts_leave_followed_what_the_server_would() {
     assert!(direct[1].contains(&push("key2{t}")), "{direct:?}");
     proxy.stop().await;
 }
+
+/// A tracking client's transaction that reads keys it writes, sent whole
+/// (one batch: a fill lane) or one command per round trip (a held
+/// connection): what it hears after EXEC and when another writer changes
+/// the keys. As on Redis: its own write tells it only of a key it was
+/// following before, and the read after the write keeps the key followed.
+async fn tx_reads_own_writes(addr: &str, writer: &str, whole: bool) -> Vec<String> {
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    one(&mut t, "CLIENT TRACKING ON").await;
+    let tag = if whole { "whole" } else { "held" };
+    let (fresh, known) = (format!("txf:{tag}"), format!("txk:{tag}"));
+    one(&mut w, &format!("SET {known} 0")).await;
+    let mut seen = vec![one(&mut t, &format!("GET {known}")).await];
+    let cmds = [
+        "MULTI".to_string(),
+        format!("SET {fresh} 1"),
+        format!("SET {known} 1"),
+        format!("GET {fresh}"),
+        format!("GET {known}"),
+        "EXEC".to_string(),
+    ];
+    if whole {
+        use tokio::io::AsyncWriteExt;
+        let all: String = cmds.iter().map(|c| enc(c)).collect();
+        t.write_all(all.as_bytes()).await.unwrap();
+        seen.push(arrived(&mut t, WAIT).await);
+    } else {
+        for c in &cmds {
+            seen.push(one(&mut t, c).await);
+        }
+        // What came after EXEC's reply.
+        seen.push(arrived(&mut t, WAIT).await);
+    }
+    one(&mut w, &format!("SET {fresh} 2")).await;
+    seen.push(arrived(&mut t, WAIT).await);
+    one(&mut w, &format!("SET {known} 2")).await;
+    seen.push(arrived(&mut t, WAIT).await);
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_reads_its_writes_keeps_them_followed() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    for whole in [true, false] {
+        let direct = tx_reads_own_writes(&redis.addr(), &redis.addr(), whole).await;
+        let through = tx_reads_own_writes(&proxy.addr.to_string(), &redis.addr(), whole).await;
+        assert_eq!(through, direct, "whole {whole}");
+        // The other writer's changes were heard, each once.
+        let tag = if whole { "whole" } else { "held" };
+        let n = direct.len();
+        assert_eq!(direct[n - 2], push(&format!("txf:{tag}")), "{direct:?}");
+        assert_eq!(direct[n - 1], push(&format!("txk:{tag}")), "{direct:?}");
+    }
+    proxy.stop().await;
+}

@@ -350,6 +350,11 @@ impl Client {
             Pending::Tx(t) => self.reply_tx(*t).await,
             Pending::Script(sf) => return self.reply_script(*sf).await,
             Pending::Invalidate(inval) => self.invalidated(inval).await,
+            Pending::TxFollow(f) => self.tx_followed(*f),
+            Pending::TxInvalidate(t) => {
+                let (inval, reread) = *t;
+                self.tx_invalidated(inval, reread).await;
+            }
             Pending::Settle => self.shared.upstream.settle_tracking().await,
             Pending::Up {
                 node,

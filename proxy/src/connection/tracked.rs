@@ -50,6 +50,16 @@ fn script_reads(name: &str, args: &[Bytes], keys: &[usize], shared: &Shared) -> 
     crate::cmd::script::read_keys(body, &shared.table, &declared)
 }
 
+/// A held transaction's reads sent again on a fill lane
+/// ([`Client::tx_follow`]): their replies from index `idx` of lane `lane`,
+/// and what each must be (the client's reply) for its keys to be followed.
+#[derive(Debug)]
+pub(super) struct TxFollow {
+    lane: u32,
+    idx: u32,
+    expect: Vec<(Bytes, SmallVec<[Bytes; 2]>)>,
+}
+
 /// A tracking client's script on a fill lane: its reply at `idx` of fill
 /// lane `lane`.
 #[derive(Debug)]
@@ -170,9 +180,20 @@ impl Client {
         if bcast && !self.keys.is_empty() {
             shared.tracked.touch(self.st.id);
         }
+        if !bcast && !script {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.read_cmd(
+                    &req.raw,
+                    self.keys.iter().map(|&i| req.args[i].clone()).collect(),
+                );
+            }
+        }
         for &i in &self.keys {
             let key = req.args[i].clone();
             if !bcast {
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.read(&key, shared.tracked.registered(self.st.id, &key));
+                }
                 shared.tracked.register(self.st.id, &key);
             }
             // Followed now, after the registration: every later change
@@ -386,6 +407,88 @@ impl Client {
             *followed = self.follows(*db, key);
         }
         self.tracked_reads = reads;
+    }
+
+    /// A tracking client's transaction ran on a held connection, which
+    /// Redis does not follow for sidecache: its reads (`reads`, with their
+    /// places in `exec`, EXEC's reply) are sent again on the node's fill
+    /// lane, which Redis follows from then on. A read whose reply there is
+    /// the one the client got leaves it holding the key's value as it
+    /// stands once followed, so its keys need no message
+    /// ([`Client::tx_followed`]); any other gets one after the reply, as
+    /// before. `None` when there is nothing to read again or the lane
+    /// cannot take it.
+    pub(super) fn tx_follow(
+        &mut self,
+        node: usize,
+        reads: Vec<(usize, Bytes, SmallVec<[Bytes; 2]>)>,
+        exec: &Bytes,
+    ) -> Option<Pending> {
+        if reads.is_empty() || !self.fills_on_fill_conn(node) {
+            return None;
+        }
+        let replies = sidecache_resp::frame::array_elements(exec).ok().flatten()?;
+        let mut block = bytes::BytesMut::new();
+        let mut expect = Vec::with_capacity(reads.len());
+        for (at, cmd, keys) in reads {
+            let Some(reply) = replies.get(at) else {
+                continue;
+            };
+            block.extend_from_slice(&cmd);
+            expect.push((reply.clone(), keys));
+        }
+        let first = expect.first().and_then(|(_, k)| k.first().cloned())?;
+        let (lane, idx) = self.enqueue_on_fill_lane(node, &first, &block, expect.len());
+        Some(Pending::TxFollow(Box::new(TxFollow { lane, idx, expect })))
+    }
+
+    /// The fill lane's replies of [`Client::tx_follow`]: the reads that
+    /// got what the client got are followed from then on.
+    pub(super) fn tx_followed(&mut self, f: TxFollow) {
+        let db = self.st.db;
+        for (k, (reply, keys)) in f.expect.into_iter().enumerate() {
+            let Ok(got) = self.take_lane_frame(true, f.lane, f.idx + k as u32) else {
+                continue;
+            };
+            let same = if self.st.proto == Proto::Resp3 {
+                got == reply
+            } else {
+                let mut b = bytes::BytesMut::new();
+                shape::convert(&got, Shape::Plain, Proto::Resp3, self.st.proto, &mut b).is_ok()
+                    && b[..] == reply[..]
+            };
+            if same {
+                for key in keys {
+                    self.fill_reads.push((db, key));
+                }
+            }
+        }
+    }
+
+    /// After the reply of a tracking client's transaction run on a fill
+    /// lane: what its writes changed, in Redis's order for the keys it
+    /// read after writing them (`reread`). Redis tells the client of its
+    /// own write only if it followed the key before (`false` in `reread`:
+    /// then the message goes), and the read after the write follows the
+    /// key again in either case (as the lane's read does for sidecache).
+    pub(super) async fn tx_invalidated(&mut self, inval: Inval, reread: Vec<(Bytes, bool)>) {
+        match inval {
+            Inval::Keys(keys) => {
+                let fresh = |k: &Bytes| reread.iter().any(|(r, f)| *f && r == k);
+                let (spared, told): (SmallVec<[Bytes; 1]>, SmallVec<[Bytes; 1]>) =
+                    keys.into_iter().partition(|k| fresh(k));
+                if !told.is_empty() {
+                    self.invalidated(Inval::Keys(told)).await;
+                }
+                if !spared.is_empty() {
+                    self.invalidated_sparing(Inval::Keys(spared), true).await;
+                }
+            }
+            Inval::All => self.invalidated(Inval::All).await,
+        }
+        for (key, _) in &reread {
+            self.shared.tracked.register(self.st.id, key);
+        }
     }
 
     /// After a batch's replies: the tracked reads of keys sidecache did

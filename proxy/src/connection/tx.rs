@@ -38,6 +38,7 @@ use sidecache_pool::SessionConn;
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::request::Request;
+use smallvec::SmallVec;
 
 use super::{Client, Flow, Inval, Pending};
 
@@ -80,6 +81,45 @@ pub(super) struct TxBlock {
     /// Keys its writes give a time to live, and how long (for tracking
     /// clients' expiry messages, started at EXEC).
     pub(super) expiries: Vec<(Bytes, std::time::Duration)>,
+    /// A tracking client's reads of keys the block wrote before them (and
+    /// not after): Redis follows them for the client from that read on,
+    /// past the write. `true`: the client was not following the key
+    /// before, so the write tells it nothing either.
+    reread: Vec<(Bytes, bool)>,
+    /// A tracking client's reads (default mode, no script): place in
+    /// EXEC's array, the command, its keys. Run on a held connection,
+    /// which Redis does not follow for sidecache, they are read again on a
+    /// fill lane after EXEC (`Client::tx_follow`).
+    pub(super) reads: Vec<(usize, Bytes, SmallVec<[Bytes; 2]>)>,
+}
+
+impl TxBlock {
+    /// A tracking client (default mode) queued a read of `key`;
+    /// `registered`: it was following the key already.
+    pub(super) fn read(&mut self, key: &Bytes, registered: bool) {
+        let written = match &self.inval {
+            Some(Inval::All) => true,
+            Some(Inval::Keys(keys)) => keys.contains(key),
+            None => false,
+        };
+        if written && !self.reread.iter().any(|(k, _)| k == key) {
+            self.reread.push((key.clone(), !registered));
+        }
+    }
+
+    /// [`TxBlock::read`]'s command, whole.
+    pub(super) fn read_cmd(&mut self, raw: &Bytes, keys: SmallVec<[Bytes; 2]>) {
+        self.reads.push((self.queued, raw.clone(), keys));
+    }
+
+    /// A write queued after the reads of [`TxBlock::read`] ends what they
+    /// registered, as on Redis.
+    fn wrote(&mut self, inval: &Inval) {
+        match inval {
+            Inval::All => self.reread.clear(),
+            Inval::Keys(keys) => self.reread.retain(|(k, _)| !keys.contains(k)),
+        }
+    }
 }
 
 /// A command inside MULTI that sidecache answers itself, at EXEC.
@@ -431,6 +471,7 @@ impl Client {
             }
             if let Some(inval) = self.write_invalidation(info, &req.args) {
                 if let Some(tx) = self.tx.as_mut() {
+                    tx.wrote(&inval);
                     tx.inval = Some(match (tx.inval.take(), inval) {
                         (Some(Inval::All), _) => Inval::All,
                         (Some(Inval::Keys(mut a)), Inval::Keys(b)) => {

@@ -213,6 +213,15 @@ impl Tracked {
         g.told.remove(&id);
     }
 
+    /// Whether client `id` (default mode) is to be told of `key`'s next
+    /// change.
+    pub fn registered(&self, id: u64, key: &[u8]) -> bool {
+        self.lock()
+            .keys
+            .get(key)
+            .is_some_and(|ids| ids.contains(&id))
+    }
+
     /// Client `id` (default mode) read `key`: its next change is sent.
     pub fn register(&self, id: u64, key: &Bytes) {
         let mut g = self.lock();

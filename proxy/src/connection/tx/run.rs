@@ -64,7 +64,7 @@ impl Client {
             self.flush().await;
             self.tracked_reads.splice(0..0, reads);
             if end == End::Exec {
-                self.exec_sent(&tx.expiries, inval.as_ref());
+                self.exec_sent(&tx, inval.as_ref());
             }
             let replies = self.held_send(&mut tx).await;
             let start = self.scratch.len();
@@ -77,8 +77,19 @@ impl Client {
                 Ok(f) => Ok(self.run_deferred(f, end, &tx.deferred, &tx.selects).await),
                 Err(e) => Err(e),
             };
+            let exec = match &replies {
+                Ok(f) if end == End::Exec && !tx.dirty => f.last().cloned(),
+                _ => None,
+            };
             let ok = self.write_tx_replies(&tx.order, replies, end, tx.dirty, true);
             self.pending.push(Pending::Local(start..self.scratch.len()));
+            let reads = std::mem::take(&mut tx.reads);
+            if let (Some(exec), Some(h)) = (exec, self.held.as_ref()) {
+                if let Some(p) = self.tx_follow(h.node, reads, &exec) {
+                    self.pending.push(p);
+                    on_fill = true;
+                }
+            }
             // EXEC and DISCARD both unwatch: the connection is clean again.
             if let Some(h) = self.held.as_mut() {
                 h.watching = false;
@@ -120,7 +131,7 @@ impl Client {
                 restore = true;
             }
             if end == End::Exec {
-                self.exec_sent(&tx.expiries, inval.as_ref());
+                self.exec_sent(&tx, inval.as_ref());
             }
             let block = tx.buf.split().freeze();
             let (node, idx) = if on_fill {
@@ -148,7 +159,12 @@ impl Client {
         }
         if end == End::Exec {
             if let Some(inval) = inval {
-                self.pending.push(Pending::Invalidate(inval));
+                let reread = std::mem::take(&mut tx.reread);
+                self.pending.push(if on_fill && !reread.is_empty() {
+                    Pending::TxInvalidate(Box::new((inval, reread)))
+                } else {
+                    Pending::Invalidate(inval)
+                });
             }
         }
         // Nothing after it overtakes it on another connection.
@@ -160,14 +176,24 @@ impl Client {
     /// EXEC is about to be sent: the transaction's reads and the expiries
     /// its writes set run from now (`Client::renew_tracked_reads`), and
     /// what it may write leaves the L1 again (and tracking clients count
-    /// it as told before Redis can report it back).
-    fn exec_sent(
-        &mut self,
-        expiries: &[(Bytes, std::time::Duration)],
-        inval: Option<&super::Inval>,
-    ) {
+    /// it as told before Redis can report it back). A key the transaction
+    /// reads after its write gets no expiry message of sidecache's own:
+    /// Redis follows it for sidecache from that read (a fill lane's, or
+    /// [`Client::tx_follow`]'s) and reports its expiry, or its reader is
+    /// told to drop it after EXEC's reply.
+    fn exec_sent(&mut self, tx: &TxBlock, inval: Option<&super::Inval>) {
         self.renew_tracked_reads();
-        self.start_tx_expiries(expiries);
+        if tx.reread.is_empty() {
+            self.start_tx_expiries(&tx.expiries);
+        } else {
+            let expiries: Vec<_> = tx
+                .expiries
+                .iter()
+                .filter(|(k, _)| !tx.reread.iter().any(|(r, _)| r == k))
+                .cloned()
+                .collect();
+            self.start_tx_expiries(&expiries);
+        }
         if let Some(inval) = inval {
             self.apply_l1(inval);
         }
