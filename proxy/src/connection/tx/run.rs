@@ -77,8 +77,12 @@ impl Client {
                 Ok(f) => Ok(self.run_deferred(f, end, &tx.deferred, &tx.selects).await),
                 Err(e) => Err(e),
             };
+            // (Reads on either side of a SELECT inside the block are not
+            // read again: they ran in two databases.)
             let exec = match &replies {
-                Ok(f) if end == End::Exec && !tx.dirty => f.last().cloned(),
+                Ok(f) if end == End::Exec && !tx.dirty && tx.selects.is_empty() => {
+                    f.last().cloned()
+                }
                 _ => None,
             };
             let ok = self.write_tx_replies(&tx.order, replies, end, tx.dirty, true);
