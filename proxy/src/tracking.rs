@@ -14,7 +14,8 @@
 //!   reads of keys sidecache does not follow get their message after the
 //!   batch's replies, a script's or a transaction's reads go on a fill
 //!   lane (a transaction on a held connection has its reads sent again on
-//!   one after EXEC, and keeps the keys whose replies matched). They only call into the table; the rules are here.
+//!   one after EXEC, and keeps the keys whose replies matched). They only
+//!   call into the table; the rules are here.
 //! - Upstream, behind one call: the proxy's own writes are announced with
 //!   `sidecache_pool::Upstream::expect_echoes` before they are sent, so
 //!   Redis's report of a write this proxy made (its *echo*) is not passed
