@@ -420,7 +420,10 @@ impl Client {
     }
 
     /// EXEC is sent: the expiries its writes set start now.
-    pub(super) fn start_tx_expiries(&self, expiries: &[(Bytes, std::time::Duration)]) {
+    pub(super) fn start_tx_expiries<'a>(
+        &self,
+        expiries: impl Iterator<Item = &'a (Bytes, std::time::Duration)>,
+    ) {
         let now = std::time::Instant::now();
         for (key, left) in expiries {
             self.shared.tracked.expire_at(key, now + *left);

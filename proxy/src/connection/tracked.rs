@@ -182,18 +182,13 @@ impl Client {
         }
         if !bcast && !script {
             if let Some(tx) = self.tx.as_mut() {
-                tx.read_cmd(
-                    &req.raw,
-                    self.keys.iter().map(|&i| req.args[i].clone()).collect(),
-                );
+                let keys = self.keys.iter().map(|&i| req.args[i].clone()).collect();
+                tx.read(&req.raw, keys, |k| shared.tracked.registered(self.st.id, k));
             }
         }
         for &i in &self.keys {
             let key = req.args[i].clone();
             if !bcast {
-                if let Some(tx) = self.tx.as_mut() {
-                    tx.read(&key, shared.tracked.registered(self.st.id, &key));
-                }
                 shared.tracked.register(self.st.id, &key);
             }
             // Followed now, after the registration: every later change

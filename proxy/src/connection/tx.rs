@@ -94,21 +94,24 @@ pub(super) struct TxBlock {
 }
 
 impl TxBlock {
-    /// A tracking client (default mode) queued a read of `key`;
-    /// `registered`: it was following the key already.
-    pub(super) fn read(&mut self, key: &Bytes, registered: bool) {
-        let written = match &self.inval {
-            Some(Inval::All) => true,
-            Some(Inval::Keys(keys)) => keys.contains(key),
-            None => false,
-        };
-        if written && !self.reread.iter().any(|(k, _)| k == key) {
-            self.reread.push((key.clone(), !registered));
+    /// A tracking client (default mode) queued `raw`, a read of `keys`
+    /// (no script); `registered`: whether it followed a key already.
+    pub(super) fn read(
+        &mut self,
+        raw: &Bytes,
+        keys: SmallVec<[Bytes; 2]>,
+        registered: impl Fn(&Bytes) -> bool,
+    ) {
+        for key in &keys {
+            let written = match &self.inval {
+                Some(Inval::All) => true,
+                Some(Inval::Keys(w)) => w.contains(key),
+                None => false,
+            };
+            if written && !self.reread.iter().any(|(k, _)| k == key) {
+                self.reread.push((key.clone(), !registered(key)));
+            }
         }
-    }
-
-    /// [`TxBlock::read`]'s command, whole.
-    pub(super) fn read_cmd(&mut self, raw: &Bytes, keys: SmallVec<[Bytes; 2]>) {
         self.reads.push((self.queued, raw.clone(), keys));
     }
 

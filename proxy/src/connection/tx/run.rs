@@ -187,17 +187,11 @@ impl Client {
     /// told to drop it after EXEC's reply.
     fn exec_sent(&mut self, tx: &TxBlock, inval: Option<&super::Inval>) {
         self.renew_tracked_reads();
-        if tx.reread.is_empty() {
-            self.start_tx_expiries(&tx.expiries);
-        } else {
-            let expiries: Vec<_> = tx
-                .expiries
+        self.start_tx_expiries(
+            tx.expiries
                 .iter()
-                .filter(|(k, _)| !tx.reread.iter().any(|(r, _)| r == k))
-                .cloned()
-                .collect();
-            self.start_tx_expiries(&expiries);
-        }
+                .filter(|(k, _)| !tx.reread.iter().any(|(r, _)| r == k)),
+        );
         if let Some(inval) = inval {
             self.apply_l1(inval);
         }
