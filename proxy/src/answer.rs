@@ -403,6 +403,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 table: &shared.table,
                 blocked: &[],
                 current: Some((st.id, "client|info")),
+                qbuf: resp_len(args),
             };
             r.verbatim(st.entry.line(st.id, &how).as_bytes());
         }
@@ -460,6 +461,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
                 table: &shared.table,
                 blocked: &blocked,
                 current: Some((st.id, "client|list")),
+                qbuf: resp_len(args),
             };
             let text = shared.with_clients(|c| {
                 c.iter()
@@ -571,4 +573,16 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
             String::from_utf8_lossy(&args[1])
         )),
     }
+}
+
+/// The size of `args` as one RESP command (`*2\r\n$6\r\nclient\r\n…`):
+/// the running client's `qbuf` in CLIENT LIST.
+fn resp_len(args: &[Bytes]) -> usize {
+    let digits = |n: usize| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    args.iter()
+        .map(|a| 1 + digits(a.len()) + 2 + a.len() + 2)
+        .sum::<usize>()
+        + 1
+        + digits(args.len())
+        + 2
 }

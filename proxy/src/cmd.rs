@@ -5,6 +5,7 @@ pub mod flags;
 pub mod handling;
 pub mod local;
 pub mod merge;
+pub mod pause;
 pub mod reads;
 pub mod route;
 pub mod script;

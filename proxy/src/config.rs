@@ -21,6 +21,8 @@ mod sections;
 pub use credentials::UpstreamAuth;
 pub use options::Options;
 
+/// `--script-flags-max`'s default.
+pub const DEFAULT_SCRIPT_FLAGS_MAX: usize = 10_000;
 /// Default TCP listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6380";
 /// Default permission bits of the Unix socket.
@@ -278,6 +280,9 @@ pub struct Config {
     /// `--tracking-table-max-keys`: keys followed for CLIENT TRACKING
     /// clients at most.
     pub tracking_table_max_keys: usize,
+    /// `--script-flags-max`: read-only scripts' SHAs remembered for
+    /// CLIENT PAUSE WRITE.
+    pub script_flags_max: usize,
     /// `--acl-max-users`: ACL users with connections of their own at
     /// once (0: off).
     pub acl_max_users: usize,
@@ -361,6 +366,7 @@ impl Config {
                 Some(n) => n,
                 None => crate::tracking::DEFAULT_MAX_KEYS,
             },
+            script_flags_max: o.script_flags_max.unwrap_or(DEFAULT_SCRIPT_FLAGS_MAX),
             hotkeys_sample,
             prefix_stats,
             l1,

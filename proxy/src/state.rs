@@ -81,7 +81,7 @@ impl Shared {
             flights: Flights::default(),
             tracked: crate::tracking::Tracked::new(config.tracking_table_max_keys),
             stale: crate::state::stale::Stale::new(config.l1_stale_if_error),
-            pause: crate::state::pause::Pause::default(),
+            pause: crate::state::pause::Pause::new(config.script_flags_max),
             users: crate::state::users::Users::new(
                 config.acl_max_users,
                 config.acl_user_connections,

@@ -201,12 +201,35 @@ async fn client_pause_holds_what_redis_would() {
         String::from_utf8_lossy(&raw(&redis.addr(), enc("SET other 1").as_bytes(), 1).await),
         "+OK\r\n"
     );
+    // The held client is in INFO's blocked_clients, as Redis counts its
+    // paused clients (its own pause, side by side, below).
+    let info = call(&mut op, "INFO").await;
+    assert_eq!(info_field(&info, "blocked_clients"), 1);
+    assert_eq!(info_field(&info, "paused_clients"), 1);
     assert_eq!(call(&mut op, "CLIENT UNPAUSE").await, "+OK\r\n");
     assert_eq!(
         String::from_utf8_lossy(&raw_on(&mut c, b"", 1).await),
         "+OK\r\n"
     );
     assert_eq!(call(&mut c, "GET k").await, "$1\r\nw\r\n");
+    let info = call(&mut op, "INFO").await;
+    assert_eq!(info_field(&info, "blocked_clients"), 0);
+    assert_eq!(info_field(&info, "paused_clients"), 0);
+    let mut rop = TcpStream::connect(redis.addr()).await.unwrap();
+    let mut rc = TcpStream::connect(redis.addr()).await.unwrap();
+    assert_eq!(call(&mut rop, "CLIENT PAUSE 100000 WRITE").await, "+OK\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut rc, enc("SET rk x").as_bytes())
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    while info_field(&call(&mut rop, "INFO clients").await, "blocked_clients") != 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "Redis never counted it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(call(&mut rop, "CLIENT UNPAUSE").await, "+OK\r\n");
     // ALL: even PING waits for the timeout.
     assert_eq!(call(&mut op, "CLIENT PAUSE 400 ALL").await, "+OK\r\n");
     let t0 = Instant::now();
@@ -277,6 +300,9 @@ async fn client_list_shows_the_last_command_and_counters() {
         let mut out = vec![
             field_names(&info).join(" "),
             field(&info, "cmd").unwrap().to_owned(),
+            // The running client's query buffer: its command, 26 bytes
+            // (0 on Valkey 8+, whose query buffer is shared).
+            format!("qbuf={}", field(&info, "qbuf").unwrap()),
         ];
         let list = format!("CLIENT LIST ID {id}");
         for step in [
@@ -307,9 +333,141 @@ async fn client_list_shows_the_last_command_and_counters() {
             .lines()
             .find(|l| l.contains(&format!("id={id2} ")))
             .unwrap();
-        out.push(format!("own cmd={}", field(own, "cmd").unwrap()));
+        out.push(format!(
+            "own cmd={} qbuf={}; c1 qbuf={}",
+            field(own, "cmd").unwrap(),
+            field(own, "qbuf").unwrap(),
+            field(
+                l.lines().find(|l| l.contains(&format!("id={id} "))).unwrap(),
+                "qbuf"
+            )
+            .unwrap()
+        ));
         seen.push(out);
     }
     assert_eq!(seen[1], seen[0], "through sidecache, then direct");
+    proxy.stop().await;
+}
+
+fn encv(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// Under `CLIENT PAUSE WRITE` on `addr`: after `setup` on a fresh
+/// connection, whether `cmd` is held (no reply within 300 ms), and its
+/// reply once the pause is over.
+async fn held_by_write_pause(addr: &str, setup: &[&[&str]], cmd: &[&str]) -> (bool, String) {
+    let mut op = TcpStream::connect(addr).await.unwrap();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    for line in setup {
+        raw_on(&mut c, &encv(line), 1).await;
+    }
+    assert_eq!(call(&mut op, "CLIENT PAUSE 100000 WRITE").await, "+OK\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut c, &encv(cmd))
+        .await
+        .unwrap();
+    let mut buf = bytes::BytesMut::new();
+    let held = tokio::time::timeout(Duration::from_millis(300), c.read_buf(&mut buf))
+        .await
+        .is_err();
+    assert_eq!(call(&mut op, "CLIENT UNPAUSE").await, "+OK\r\n");
+    let mut reply = String::from_utf8_lossy(&buf).into_owned();
+    if held {
+        reply = String::from_utf8_lossy(&raw_on(&mut c, b"", 1).await).into_owned();
+    }
+    (held, reply)
+}
+
+/// What a WRITE pause holds, side by side with Redis: commands Redis flags
+/// `may_replicate` (hidden from COMMAND), scripts by their declared flags
+/// (EVAL's body, EVALSHA of a script loaded through sidecache, FCALL's
+/// function), EXEC by what it runs, and not a command Redis refuses at
+/// once (wrong arity, unknown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_pause_holds_what_redis_holds() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let ro = "#!lua flags=no-writes\nreturn 2";
+    let lib = "#!lua name=plib\nredis.register_function{function_name='pro', callback=function() return 'r' end, flags={'no-writes'}}\nredis.register_function('prw', function() return 'w' end)";
+    let mut d = TcpStream::connect(redis.addr()).await.unwrap();
+    raw_on(&mut d, &encv(&["FUNCTION", "LOAD", lib]), 1).await;
+    raw_on(&mut d, &encv(&["PFADD", "h", "a"]), 1).await;
+    let sha = String::from_utf8_lossy(&raw_on(&mut d, &encv(&["SCRIPT", "LOAD", ro]), 1).await)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    raw_on(&mut d, &encv(&["SCRIPT", "FLUSH"]), 1).await;
+    let load: &[&str] = &["SCRIPT", "LOAD", ro];
+    let queue_ro: &[&str] = &["EVAL", ro, "0"];
+    let cases: Vec<(Vec<&[&str]>, Vec<&str>)> = vec![
+        (vec![], vec!["SET", "k", "v"]),
+        (vec![], vec!["GET", "k"]),
+        (vec![], vec!["PFCOUNT", "h"]),
+        (vec![], vec!["PUBLISH", "ch", "m"]),
+        (vec![], vec!["EVAL", "return 1", "0"]),
+        (vec![], vec!["EVAL", ro, "0"]),
+        (vec![], vec!["EVAL", "#!lua\nreturn 3", "0"]),
+        (vec![], vec!["EVAL_RO", "return 4", "0"]),
+        (vec![load], vec!["EVALSHA", &sha, "0"]),
+        (vec![], vec!["FCALL", "pro", "0"]),
+        (vec![], vec!["FCALL", "prw", "0"]),
+        (vec![], vec!["FCALL", "nosuch", "0"]),
+        (vec![&["MULTI"], &["GET", "k"], &["PING"]], vec!["EXEC"]),
+        (vec![&["MULTI"], &["SET", "k", "w"]], vec!["EXEC"]),
+        (vec![&["MULTI"], queue_ro], vec!["EXEC"]),
+        (vec![], vec!["SET", "k"]),
+        (vec![], vec!["NOSUCHCMD", "k"]),
+        (vec![], vec!["EXEC"]),
+    ];
+    // What Redis 7+ holds, case by case (checked below, so that the
+    // comparison cannot pass on a harness that sees nothing held).
+    let redis_holds = [
+        true, false, true, true, true, false, true, false, false, false, true, true, false, true,
+        false, false, false, false,
+    ];
+    let through = proxy.addr.to_string();
+    for ((setup, cmd), holds) in cases.iter().zip(redis_holds) {
+        let want = held_by_write_pause(&redis.addr(), setup, cmd).await;
+        assert_eq!(want.0, holds, "{cmd:?} after {setup:?}, directly");
+        let got = held_by_write_pause(&through, setup, cmd).await;
+        assert_eq!(
+            got, want,
+            "{cmd:?} after {setup:?}: through sidecache, then directly"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// A client that leaves while a pause holds its write: the write never
+/// runs, as Redis frees a paused client that leaves; it is not counted
+/// as held any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_client_that_leaves_does_not_write() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let mut op = TcpStream::connect(proxy.addr).await.unwrap();
+    assert_eq!(call(&mut op, "CLIENT PAUSE 100000 WRITE").await, "+OK\r\n");
+    let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut c, enc("SET gone v").as_bytes())
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    while info_field(&call(&mut op, "INFO").await, "paused_clients") != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(c);
+    while info_field(&call(&mut op, "INFO").await, "blocked_clients") != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "still counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(call(&mut op, "CLIENT UNPAUSE").await, "+OK\r\n");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(call(&mut op, "EXISTS gone").await, ":0\r\n");
     proxy.stop().await;
 }

@@ -104,6 +104,10 @@ pub struct CommandInfo {
     /// Index of this entry's own name (`client|list` for a subcommand) in
     /// [`CommandTable::full_name`]: what CLIENT LIST shows as `cmd=`.
     pub name_id: u16,
+    /// Where a script's body is among its arguments (EVAL, SCRIPT LOAD):
+    /// the scripts that declare `no-writes` are remembered by SHA for
+    /// CLIENT PAUSE WRITE (`crate::state::pause`).
+    pub script_body: Option<usize>,
 }
 
 /// Why keys could not be extracted.
@@ -523,6 +527,10 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
             _ => {}
         }
     }
+    // A flag Redis hides from COMMAND (CLIENT PAUSE WRITE holds these).
+    if container.is_none() && super::pause::MAY_REPLICATE.contains(&name.as_str()) {
+        flags.may_replicate = true;
+    }
     let first = items.next().and_then(|v| v.as_int()).unwrap_or(0);
     let last = items.next().and_then(|v| v.as_int()).unwrap_or(0);
     let step = items.next().and_then(|v| v.as_int()).unwrap_or(0);
@@ -550,6 +558,11 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
     }
     let handling = handling::for_command(&name, container, flags);
     let write_behind = container.is_none() && handling::write_behind(&name);
+    let script_body = match name.as_str() {
+        "eval" | "eval_ro" => Some(1),
+        "script|load" => Some(2),
+        _ => None,
+    };
     let mut info = CommandInfo {
         name,
         arity,
@@ -565,6 +578,7 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
         read: None,
         id,
         name_id: id,
+        script_body,
     };
     // Read-only by upstream's flags too: a server whose command differs
     // from Redis's is not cached.

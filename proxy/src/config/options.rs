@@ -384,6 +384,13 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_TRACKING_TABLE_MAX_KEYS", value_name = "N")]
     pub tracking_table_max_keys: Option<usize>,
 
+    /// CLIENT PAUSE WRITE: the most SHAs of scripts declaring `no-writes`
+    /// remembered, so that their EVALSHA goes on during the pause as on
+    /// Redis; past it the set starts over (a forgotten script waits for
+    /// the pause's end) [default: 10000].
+    #[arg(long, env = "SIDECACHE_SCRIPT_FLAGS_MAX", value_name = "N")]
+    pub script_flags_max: Option<usize>,
+
     /// Hot keys: counters per ranking (reads, misses, writes) of the
     /// space-saving sketch behind SIDECACHE HOTKEYS and /debug/hotkeys,
     /// 0–4096; 0 turns hot keys off [default: 256].
@@ -498,6 +505,7 @@ impl Options {
             l1_include_prefix,
             l1_exclude_prefix,
             tracking_table_max_keys,
+            script_flags_max,
             hotkeys_capacity,
             hotkeys_sample,
             prefix_stats,

@@ -13,20 +13,6 @@ use crate::cmd::handling::{Handling, Merge};
 use crate::cmd::table::CommandInfo;
 
 impl Client {
-    /// Whether a request may change data, as `CLIENT PAUSE WRITE` tells
-    /// (`crate::state::pause`): `write` or `may_replicate` in the
-    /// upstream's table, and `EXEC`. Asked only while a pause is on.
-    pub(super) fn writes(&self, req: &Request) -> bool {
-        req.args
-            .first()
-            .is_some_and(|n| n.eq_ignore_ascii_case(b"exec"))
-            || self
-                .shared
-                .table
-                .lookup(&req.args)
-                .is_some_and(|i| i.flags.write || i.flags.may_replicate)
-    }
-
     /// Dispatches a command the proxy answers itself (`cmd`), or, for PING
     /// while a node is not known healthy, hands to upstream.
     pub(super) async fn dispatch_local(&mut self, cmd: Local, args: &[Bytes]) -> Flow {
@@ -123,6 +109,9 @@ impl Client {
         cluster: bool,
     ) -> Flow {
         let args = &req.args;
+        if let Some(body) = info.script_body.and_then(|i| args.get(i)) {
+            self.shared.pause.saw_script(body);
+        }
         match info.handling {
             Handling::Unsupported(why) => {
                 self.local_reply(|r| r.error(&format!("ERR {why}")));

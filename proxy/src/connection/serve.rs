@@ -66,9 +66,15 @@ pub async fn serve<S>(
                     // CLIENT PAUSE: its own future, boxed, so the loop's
                     // state stays as small as without it.
                     if shared.pause.on()
-                        && Box::pin(held_by_pause(&mut client, &mut stream, &req))
-                            .await
-                            .is_err()
+                        && Box::pin(held_by_pause(
+                            &mut client,
+                            &mut stream,
+                            &mut rbuf,
+                            query_limit,
+                            &req,
+                        ))
+                        .await
+                        .is_err()
                     {
                         break 'conn;
                     }
@@ -247,24 +253,85 @@ impl Drop for Client {
 }
 
 /// CLIENT PAUSE holds `req` (`crate::state::pause`): what came before it
-/// is answered first, then it waits for the pause to end. `Err`: the
-/// client is gone.
+/// is answered first, then it waits for the pause to end, reading what
+/// the client sends meanwhile into `rbuf` (at most `query_limit`). `Err`:
+/// the client is gone (closed, killed, or past the limit), and `req` is
+/// not run, as Redis frees a paused client that leaves.
 #[cold]
 async fn held_by_pause<S: ClientStream>(
     client: &mut Client,
     stream: &mut S,
+    rbuf: &mut BytesMut,
+    query_limit: usize,
     req: &Request,
 ) -> std::io::Result<()> {
-    let writes = client.writes(req);
     let shared = Arc::clone(&client.shared);
     let pause = &shared.pause;
+    // Nothing held (a pause just over): no command is judged.
+    if pause.holds(true).is_none() {
+        return Ok(());
+    }
+    let Some(writes) = client.pause_writes(req).await else {
+        return Ok(());
+    };
     if pause.holds(writes).is_none() {
         return Ok(());
     }
     client.flush().await;
     write_out(stream, &mut client.wbuf, &client.st.entry.activity).await?;
-    pause.wait(writes).await;
-    Ok(())
+    let kill = client.st.entry.kill.clone();
+    let wait = pause.wait(writes);
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            () = &mut wait => return Ok(()),
+            () = kill.cancelled() => break,
+            r = stream.read_buf(rbuf) => match r {
+                Ok(n) if n > 0 && rbuf.len() <= query_limit => {}
+                _ => break,
+            },
+        }
+    }
+    Err(std::io::ErrorKind::ConnectionAborted.into())
+}
+
+impl Client {
+    /// Whether `req` may change data, as `CLIENT PAUSE WRITE` judges it
+    /// (`crate::cmd::pause`); `None`: no pause holds it, as Redis answers
+    /// what it cannot run (an unknown command, a wrong arity) at once.
+    /// EXEC may change data when a command it runs may; FCALL as its
+    /// function declares (`FUNCTION LIST`, asked on a control
+    /// connection). Asked only while a pause is on.
+    async fn pause_writes(&mut self, req: &Request) -> Option<bool> {
+        let shared = Arc::clone(&self.shared);
+        let info = shared.table.lookup(&req.args)?;
+        if !info.arity_ok(req.args.len()) {
+            return None;
+        }
+        let pause = &shared.pause;
+        if info.name == "exec" {
+            return Some(self.tx.as_ref().is_some_and(|t| t.writes));
+        }
+        if matches!(info.name.as_str(), "fcall" | "fcall_ro") && !pause.all() {
+            if let Some(no_writes) = function_no_writes(&shared, &req.args[1]).await {
+                return Some(!no_writes);
+            }
+        }
+        Some(crate::cmd::pause::may_change_data(info, &req.args, |sha| {
+            pause.ro_script(sha)
+        }))
+    }
+}
+
+/// Whether upstream's function `name` declares `no-writes` (`None`: no
+/// such function, or no answer).
+async fn function_no_writes(shared: &crate::state::Shared, name: &[u8]) -> Option<bool> {
+    let node = Arc::clone(shared.upstream.topology().nodes().first()?);
+    let mut cmd = bytes::BytesMut::new();
+    sidecache_resp::encode::encode_command(&mut cmd, &[b"FUNCTION".as_slice(), b"LIST"]);
+    let reply = node.control_call(cmd.freeze()).await.ok()?;
+    let list = sidecache_resp::frame::Value::decode(&reply).ok()?;
+    crate::cmd::pause::function_no_writes(list, name)
 }
 
 /// Ready after `timeout` (`--timeout`), unless there is none or the client

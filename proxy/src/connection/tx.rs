@@ -91,6 +91,8 @@ pub(super) struct TxBlock {
     /// which Redis does not follow for sidecache, they are read again on a
     /// fill lane after EXEC (`Client::tx_follow`).
     pub(super) reads: Vec<(usize, Bytes, SmallVec<[Bytes; 2]>)>,
+    /// A queued command may change data: CLIENT PAUSE WRITE holds EXEC.
+    pub(super) writes: bool,
 }
 
 impl TxBlock {
@@ -453,6 +455,14 @@ impl Client {
     fn tx_push(&mut self, lname: &[u8], req: &Request) {
         let shared = std::sync::Arc::clone(&self.shared);
         if let Some(info) = shared.table.lookup(&req.args) {
+            if let Some(body) = info.script_body.and_then(|i| req.args.get(i)) {
+                shared.pause.saw_script(body);
+            }
+            if let Some(tx) = self.tx.as_mut() {
+                tx.writes |= crate::cmd::pause::may_change_data(info, &req.args, |sha| {
+                    shared.pause.ro_script(sha)
+                });
+            }
             if self.topo.is_cluster() {
                 // Every key of a transaction must share its slot, fixed by
                 // the first keyed command (or WATCH): Redis Cluster's

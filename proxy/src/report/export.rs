@@ -125,6 +125,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_client_tracking_keys", G, &[], "Keys followed for default-mode tracking clients (--tracking-table-max-keys bounds them)."),
     fam("sidecache_client_tracking_messages_total", C, &[], "Invalidation messages queued for tracking clients (a key each, or one for everything)."),
     fam("sidecache_blocked_clients", G, &[], "Clients blocked now in a blocking command (BLPOP, XREAD BLOCK, WAIT, ...) on a held connection."),
+    fam("sidecache_paused_clients", G, &[], "Clients whose command CLIENT PAUSE holds now."),
     fam("sidecache_blocked_unblocked_on_disconnect_total", C, &[], "Blocked commands unblocked upstream (CLIENT UNBLOCK) because their client left."),
     fam("sidecache_upstream_auth_refreshes_total", C, &[], "Rotating upstream secret fetched (--upstream-iam token signed, --upstream-password-file read), at start and on refresh."),
     fam("sidecache_upstream_auth_refresh_failures_total", C, &[], "Fetches of the rotating upstream secret that failed (the previous secret stayed in use)."),

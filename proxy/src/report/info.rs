@@ -177,7 +177,7 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
     let users = s.users.usage();
     let user_pools = s.users.pool_counts();
     format!(
-        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nfailover_held:{}\r\nfailover_resent_reads:{}\r\nfailover_absorbed:{}\r\nupstream_auth:{}\r\nupstream_auth_refreshes:{}\r\nupstream_auth_refresh_failures:{}\r\nupstream_reauths:{}\r\nupstream_reauth_failures:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nacl_users:{}\r\nacl_users_max:{}\r\nacl_user_connections_in_use:{}\r\nacl_user_connections_opened:{}\r\nacl_user_connection_refusals:{}\r\nacl_logins:{}\r\nacl_auth_failures:{}\r\nblocked_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\ntracking_clients:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntracking_messages_sent:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
+        "# Proxy\r\nsidecache_version:{}\r\nupstream_mode:{}\r\nupstream_engine:{}\r\nupstream_version:{}\r\nupstream_masters:{}\r\ncluster_slots_uncovered:{}\r\nl1_hit_ratio:{:.4}\r\nwrite_queue_depth:{}\r\nwrites_failed:{}\r\ntracking:{}\r\ncoherence_mode:{}\r\ninvalidations_received:{}\r\nconnected_clients:{}\r\ntotal_connections_received:{}\r\nrejected_connections:{}\r\ntotal_commands_processed:{}\r\nprotocol_errors:{}\r\nupstream_errors:{}\r\nupstream_health:{}\r\nupstream_readonly_reconnects:{}\r\nfailover_held:{}\r\nfailover_resent_reads:{}\r\nfailover_absorbed:{}\r\nupstream_auth:{}\r\nupstream_auth_refreshes:{}\r\nupstream_auth_refresh_failures:{}\r\nupstream_reauths:{}\r\nupstream_reauth_failures:{}\r\ntransactions_executed:{}\r\ntransactions_aborted:{}\r\ntransactions_watch_failed:{}\r\ntransactions_discarded:{}\r\nsession_connections_in_use:{}\r\nsession_connections_max:{}\r\nsession_connection_waits:{}\r\nsession_connection_refusals:{}\r\nacl_users:{}\r\nacl_users_max:{}\r\nacl_user_connections_in_use:{}\r\nacl_user_connections_opened:{}\r\nacl_user_connection_refusals:{}\r\nacl_logins:{}\r\nacl_auth_failures:{}\r\nblocked_clients:{}\r\npaused_clients:{}\r\nblocked_unblocked_on_disconnect:{}\r\npubsub_clients:{}\r\nmonitor_clients:{}\r\npubsub_upstream_links:{}\r\npubsub_upstream_subscriptions:{}\r\npubsub_messages_received:{}\r\npubsub_messages_delivered:{}\r\nclient_output_buffer_limit_disconnections:{}\r\npubsub_link_losses:{}\r\ntracking_clients:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntracking_messages_sent:{}\r\nclient_panics:{}\r\nuptime_in_seconds:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         if info.cluster { "cluster" } else { "standalone" },
         info.engine(),
@@ -230,7 +230,10 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
         user_pools.1,
         load(&s.users.stats.logins),
         load(&s.users.stats.auth_failures),
-        s.stats.blocking.blocked.load(std::sync::atomic::Ordering::Relaxed),
+        // As Redis's: blocking commands and the clients a pause holds.
+        s.stats.blocking.blocked.load(std::sync::atomic::Ordering::Relaxed)
+            + s.pause.waiting(),
+        s.pause.waiting(),
         load(&s.stats.blocking.unblocked_gone),
         load_n(&s.pubsub.stats.subscribers),
         load_n(&s.pubsub.stats.monitors),

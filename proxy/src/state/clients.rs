@@ -137,6 +137,12 @@ impl ClientEntry {
         } else {
             "N"
         };
+        let running = how.current.is_some_and(|(me, _)| me == id);
+        let qbuf = if running && !how.fields.shared_qbuf {
+            how.qbuf
+        } else {
+            0
+        };
         let cmd = match how.current {
             Some((me, name)) if me == id => name,
             _ => u16::try_from(a.last.load(Ordering::Relaxed))
@@ -165,7 +171,7 @@ impl ClientEntry {
         }
         let _ = write!(
             s,
-            " qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}",
+            " qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}",
             self.user.as_deref().unwrap_or("default"),
             self.resp
         );
@@ -203,6 +209,9 @@ pub struct Fields {
     pub io_thread: bool,
     /// `tot-net-in`, `tot-net-out` and `tot-cmds` (Valkey 8+).
     pub traffic: bool,
+    /// The running client's `qbuf` reads 0 (Valkey 8+, whose clients
+    /// read into a shared query buffer).
+    pub shared_qbuf: bool,
 }
 
 impl Fields {
@@ -216,6 +225,7 @@ impl Fields {
             capa: valkey(9, 0),
             io_thread: redis(8, 0),
             traffic: valkey(8, 0),
+            shared_qbuf: valkey(8, 0),
         }
     }
 }
@@ -233,6 +243,9 @@ pub struct Line<'a> {
     pub blocked: &'a [u64],
     /// The asking client's id and its command's name.
     pub current: Option<(u64, &'a str)>,
+    /// The asking client's query buffer: its command's size, as RESP
+    /// (Redis's `qbuf` while the command runs).
+    pub qbuf: usize,
 }
 
 impl Line<'_> {
@@ -280,6 +293,7 @@ mod tests {
                 table: &table,
                 blocked: &[],
                 current: None,
+                qbuf: 26,
             },
         );
         assert_eq!(
@@ -287,12 +301,26 @@ mod tests {
             "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp"
         );
         assert!(redis70.contains(" cmd=NULL "), "{redis70}");
+        // Another client's query buffer is empty between its commands.
+        assert!(redis70.contains(" qbuf=0 "), "{redis70}");
+        let running70 = e.line(
+            7,
+            &Line {
+                fields: Fields::default(),
+                table: &table,
+                blocked: &[],
+                current: Some((7, "client|info")),
+                qbuf: 26,
+            },
+        );
+        assert!(running70.contains(" qbuf=26 "), "{running70}");
         let all = Fields {
             lib: true,
             watch: true,
             capa: true,
             io_thread: false,
             traffic: true,
+            shared_qbuf: true,
         };
         e.touch(None, 26);
         e.activity.wrote(4);
@@ -304,6 +332,7 @@ mod tests {
                 table: &table,
                 blocked: &[7],
                 current: Some((7, "client|info")),
+                qbuf: 26,
             },
         );
         assert_eq!(
@@ -312,6 +341,7 @@ mod tests {
         );
         assert!(valkey9.contains(" flags=b "), "{valkey9}");
         assert!(valkey9.contains(" cmd=client|info "), "{valkey9}");
+        assert!(valkey9.contains(" qbuf=0 "), "{valkey9}");
         assert!(
             valkey9.ends_with(" tot-net-in=26 tot-net-out=4 tot-cmds=1\n"),
             "{valkey9}"

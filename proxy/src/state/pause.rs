@@ -12,9 +12,20 @@
 //! and this sidecache's own write-behind batches, where the caller asked
 //! to pause the clients of the server it talks to.
 //!
+//! Which scripts declare `no-writes` Redis knows by their bodies; an
+//! EVALSHA names one by SHA only. So the SHAs of the scripts with that
+//! flag that pass through sidecache (EVAL, SCRIPT LOAD) are remembered,
+//! at most `--script-flags-max` (past it the set starts over; a script
+//! forgotten is held as one that may write).
+//!
+//! The clients a pause holds now are counted (`waiting`): INFO's
+//! `blocked_clients` includes them, as Redis counts its paused clients.
+//!
 //! When no pause is on a command pays one relaxed load.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -29,20 +40,65 @@ pub struct Pause {
     epoch: Instant,
     /// Wakes the waiting clients when the pause ends early (UNPAUSE).
     changed: Notify,
+    /// How many clients the pause holds now.
+    waiting: AtomicUsize,
+    /// SHA1s (lowercase hex) of the scripts seen declaring `no-writes`.
+    ro_scripts: Mutex<HashSet<[u8; 40]>>,
+    /// `--script-flags-max`.
+    ro_scripts_max: usize,
 }
 
-impl Default for Pause {
-    fn default() -> Pause {
+impl Pause {
+    /// No pause; at most `ro_scripts_max` read-only scripts remembered.
+    pub fn new(ro_scripts_max: usize) -> Pause {
         Pause {
             until_us: AtomicU64::new(0),
             all: AtomicBool::new(false),
             epoch: Instant::now(),
             changed: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            ro_scripts: Mutex::new(HashSet::new()),
+            ro_scripts_max,
         }
     }
-}
 
-impl Pause {
+    /// A script body that passed through (EVAL, SCRIPT LOAD): remembered
+    /// by SHA if it declares `no-writes`.
+    pub fn saw_script(&self, body: &[u8]) {
+        if crate::cmd::pause::declares_no_writes(body) != Some(true) || self.ro_scripts_max == 0 {
+            return;
+        }
+        use sha1::Digest;
+        let digest = sha1::Sha1::digest(body);
+        let mut hex = [0u8; 40];
+        for (i, b) in digest.iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(b >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(b & 15)];
+        }
+        let mut set = self.ro_scripts.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= self.ro_scripts_max && !set.contains(&hex) {
+            set.clear();
+        }
+        set.insert(hex);
+    }
+
+    /// Whether `sha` (EVALSHA's, any case) names a script seen declaring
+    /// `no-writes`.
+    pub fn ro_script(&self, sha: &[u8]) -> bool {
+        let Ok(mut hex) = <[u8; 40]>::try_from(sha) else {
+            return false;
+        };
+        hex.make_ascii_lowercase();
+        self.ro_scripts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&hex)
+    }
+
+    /// Whether the pause on now holds every command (`ALL`).
+    pub fn all(&self) -> bool {
+        self.all.load(Ordering::Acquire)
+    }
     /// Whether a pause may be on (one relaxed load).
     #[inline]
     pub fn on(&self) -> bool {
@@ -90,8 +146,22 @@ impl Pause {
         (writes || self.all.load(Ordering::Acquire)).then_some(end)
     }
 
-    /// Waits while the pause holds a command (`writes` as above).
+    /// How many clients the pause holds now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Waits while the pause holds a command (`writes` as above), counted
+    /// in `waiting` meanwhile (a client dropped while held included).
     pub async fn wait(&self, writes: bool) {
+        struct Held<'a>(&'a AtomicUsize);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _held = Held(&self.waiting);
         while let Some(end) = self.holds(writes) {
             let changed = self.changed.notified();
             tokio::select! {
@@ -102,13 +172,16 @@ impl Pause {
     }
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[tokio::test]
     async fn write_pauses_hold_writes_only_until_unpaused_or_over() {
-        let p = Pause::default();
+        let p = Pause::new(10);
         assert!(!p.on());
         assert!(p.holds(true).is_none());
         p.pause(Duration::from_secs(60), false);
@@ -122,8 +195,51 @@ mod tests {
         assert!(!p.on() && p.holds(true).is_none() && p.holds(false).is_none());
         p.pause(Duration::from_millis(30), true);
         let t0 = Instant::now();
-        p.wait(false).await;
+        let held = p.wait(false);
+        tokio::pin!(held);
+        // Counted while it waits, not once it is over or dropped.
+        assert!(futures_poll_once(held.as_mut()).await);
+        assert_eq!(p.waiting(), 1);
+        held.await;
         assert!(t0.elapsed() >= Duration::from_millis(25));
         assert!(!p.on());
+        assert_eq!(p.waiting(), 0);
+        p.pause(Duration::from_secs(60), false);
+        {
+            let held = p.wait(true);
+            tokio::pin!(held);
+            assert!(futures_poll_once(held.as_mut()).await);
+            assert_eq!(p.waiting(), 1);
+        }
+        assert_eq!(p.waiting(), 0);
+    }
+
+    #[test]
+    fn read_only_scripts_are_remembered_by_sha_within_the_bound() {
+        let p = Pause::new(2);
+        let ro = b"#!lua flags=no-writes\nreturn 2";
+        p.saw_script(ro);
+        p.saw_script(b"#!lua\nreturn 1");
+        p.saw_script(b"return 1");
+        // SHA1 of `ro`, as Redis names it (SCRIPT LOAD's reply).
+        let sha = "ae33f9227913b24d053a555637f98260b23bd3a3";
+        assert!(p.ro_script(sha.as_bytes()));
+        assert!(p.ro_script(sha.to_ascii_uppercase().as_bytes()));
+        assert!(!p.ro_script(b"0000000000000000000000000000000000000000"));
+        assert!(!p.ro_script(b"short"));
+        assert_eq!(p.ro_scripts.lock().unwrap().len(), 1);
+        p.saw_script(b"#!lua flags=no-writes\nreturn 3");
+        p.saw_script(b"#!lua flags=no-writes\nreturn 4");
+        // Past the bound the set starts over.
+        assert_eq!(p.ro_scripts.lock().unwrap().len(), 1);
+        assert!(!p.ro_script(sha.as_bytes()));
+    }
+
+    /// Polls `f` once; true if it is still pending.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> bool {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx).is_pending())
+        })
+        .await
     }
 }

@@ -22,6 +22,7 @@ fn info(arity: i64, first: i64, last: i64, step: i64, specs: Vec<KeySpec>) -> Co
         read: None,
         id: 0,
         name_id: 0,
+        script_body: None,
     }
 }
 

@@ -256,6 +256,7 @@ fn pubsub_and_blocking(s: &Shared, o: &mut Out) {
             .blocked
             .load(std::sync::atomic::Ordering::Relaxed) as f64,
     );
+    o.gauge("sidecache_paused_clients", &[], s.pause.waiting() as f64);
     o.counter(
         "sidecache_blocked_unblocked_on_disconnect_total",
         &[],
