@@ -129,12 +129,14 @@ impl<'a> Echoes<'a> {
             return;
         }
         let args = self.echo.args(p, cur.frames.len() - 1);
-        // In a write-behind batch, only its re-reads' GETs read
-        // (`crate::coherence::refill`); its writes end no wait.
+        // In a write-behind batch, only its re-reads read (`MGET k …`,
+        // `PTTL k`: `crate::coherence::refill`); its writes end no wait.
         let reads = !cur.writes
-            || args
-                .first()
-                .is_some_and(|name| name.eq_ignore_ascii_case(b"get"));
+            || args.first().is_some_and(|name| {
+                [&b"mget"[..], b"get", b"pttl"]
+                    .iter()
+                    .any(|r| name.eq_ignore_ascii_case(r))
+            });
         if reads {
             ch.answered(&args);
         }
