@@ -232,10 +232,8 @@ pub struct Client {
     st: ClientState,
     topo: Arc<Topology>,
     builders: Vec<Builder>,
-    /// Optin tracking: fills, per node, for the node's fill connection
-    /// (see `cache`).
-    /// Optin: the fill lanes, `fill_lanes` per node (index `node *
-    /// fill_lanes + lane`), each one of the node's tracking connections.
+    /// Optin: the fill lanes (`cache`), `fill_lanes` per node (index
+    /// `node * fill_lanes + lane`), each one of the node's tracking connections.
     fills: Vec<Builder>,
     /// Fill lanes per node (`--fill-connections` under optin, else 1).
     fill_lanes: usize,
@@ -267,9 +265,10 @@ pub struct Client {
     fill_reads: Vec<(u16, Bytes)>,
     /// CLIENT TRACKING: a CLIENT CACHING was followed by a command.
     caching_used: bool,
-    /// CLIENT TRACKING: the script being dispatched goes to a fill lane,
-    /// so Redis follows the keys it declares if it reads (`tracked`).
-    script_fill: bool,
+    /// CLIENT TRACKING: the command being dispatched goes to a fill lane.
+    fill_route: tracked::FillRoute,
+    /// CLIENT TRACKING: what this batch touched (`tracked::Early`).
+    early: tracked::Early,
     /// CLIENT TRACKING: a CLIENT CACHING queued inside the open MULTI (it
     /// runs at EXEC, and applies to the commands queued after it).
     tx_caching: Option<bool>,
@@ -419,7 +418,8 @@ impl Client {
             tracked_reads: Vec::new(),
             fill_reads: Vec::new(),
             caching_used: false,
-            script_fill: false,
+            fill_route: tracked::FillRoute::No,
+            early: tracked::Early::default(),
             tx_caching: None,
             batch_bytes: 0,
             commands: 0,

@@ -338,7 +338,9 @@ async fn client_list_shows_the_last_command_and_counters() {
             field(own, "cmd").unwrap(),
             field(own, "qbuf").unwrap(),
             field(
-                l.lines().find(|l| l.contains(&format!("id={id} "))).unwrap(),
+                l.lines()
+                    .find(|l| l.contains(&format!("id={id} ")))
+                    .unwrap(),
                 "qbuf"
             )
             .unwrap()

@@ -243,19 +243,35 @@ async fn tracking_clients_see_what_redis_would_send() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_sidecache_does_not_follow_is_invalidated_at_once() {
     let redis = RedisServer::start(&[]);
-    // The L1 off: sidecache follows no key, so every tracked read is
-    // invalidated right after its reply, and no value is kept past a change.
+    // The L1 off: sidecache follows no key it reads on a client's
+    // connection, so such a tracked read is invalidated right after its
+    // reply, and no value is kept past a change.
     let proxy = Proxy::start(&redis.url(), &["--l1-max-bytes", "0"]).await;
     let mut w = TcpStream::connect(redis.addr()).await.unwrap();
     one(&mut w, "SET k v").await;
+    // A RESP2 client, its messages REDIRECTed to a subscriber: its read
+    // goes its usual way, which Redis does not follow for sidecache.
+    let mut r = TcpStream::connect(proxy.addr).await.unwrap();
+    let id = one(&mut r, "CLIENT ID").await;
+    let id = id.trim_start_matches(':').trim_end().to_owned();
+    one(&mut r, "SUBSCRIBE __redis__:invalidate").await;
     let mut t = TcpStream::connect(proxy.addr).await.unwrap();
-    one(&mut t, "HELLO 3").await;
-    one(&mut t, "CLIENT TRACKING ON").await;
-    // The reply, then (in the same write or the next) the message.
-    let out = String::from_utf8_lossy(&raw_on(&mut t, enc("GET k").as_bytes(), 1).await)
-        .into_owned()
-        + &arrived(&mut t, WAIT).await;
-    assert_eq!(out, format!("$1\r\nv\r\n{}", push("k")));
+    one(&mut t, &format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    assert_eq!(one(&mut t, "GET k").await, "$1\r\nv\r\n");
+    assert_eq!(
+        arrived(&mut r, WAIT).await,
+        "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\nk\r\n"
+    );
+    // A RESP3 client's read goes to a fill lane, which Redis follows
+    // (the L1 off or not): no message until the key changes.
+    let mut t3 = TcpStream::connect(proxy.addr).await.unwrap();
+    one(&mut t3, "HELLO 3").await;
+    one(&mut t3, "CLIENT TRACKING ON").await;
+    assert_eq!(one(&mut t3, "GET k").await, "$1\r\nv\r\n");
+    assert_eq!(arrived(&mut t3, WAIT).await, "");
+    one(&mut w, "SET k v2").await;
+    assert_eq!(arrived(&mut t3, WAIT).await, push("k"));
+    one(&mut w, "SET k v").await;
     // With the L1 on, a key read on a fill lane is followed, whether it
     // exists or not (Redis tracks what that connection read): no message
     // until it changes.
@@ -634,6 +650,53 @@ async fn a_transaction_that_reads_its_writes_keeps_them_followed() {
         let n = direct.len();
         assert_eq!(direct[n - 2], push(&format!("txf:{tag}")), "{direct:?}");
         assert_eq!(direct[n - 1], push(&format!("txk:{tag}")), "{direct:?}");
+    }
+    proxy.stop().await;
+}
+
+/// A RESP3 tracking client writes a key it read whose registration
+/// another writer's change (or a FLUSHALL) had ended, reads it back, and
+/// the other writer changes it again: what the client was told after each
+/// step. sidecache re-reads the written key in the write's own batch
+/// (`MGET`, which registers it again): that read, like any, ends the wait
+/// for the write's echo, so the next change is reported, not taken for
+/// the echo of sidecache's own write.
+async fn written_after_a_lost_registration(addr: &str, writer: &str) -> Vec<String> {
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    one(&mut t, "CLIENT TRACKING on").await;
+    let mut seen = Vec::new();
+    for (i, ended_by) in ["SET lost:k z", "FLUSHALL"].into_iter().enumerate() {
+        seen.push(one(&mut t, &format!("SET lost:k x{i}")).await);
+        seen.push(one(&mut t, "GET lost:k").await);
+        one(&mut w, ended_by).await;
+        seen.push(arrived(&mut t, WAIT).await);
+        seen.push(one(&mut t, &format!("SET lost:k w{i}")).await);
+        // Read once the write landed (and its re-read refilled the L1): a
+        // hit, no read of its own upstream.
+        if addr != writer {
+            support::drained(addr).await;
+        }
+        seen.push(arrived(&mut t, WAIT).await);
+        seen.push(one(&mut t, "GET lost:k").await);
+        one(&mut w, "SET lost:k y").await;
+        seen.push(arrived(&mut t, WAIT).await);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_a_lost_registration_keeps_others_reported() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let direct = written_after_a_lost_registration(&redis.addr(), &redis.addr()).await;
+    let through = written_after_a_lost_registration(&proxy.addr.to_string(), &redis.addr()).await;
+    // Directly: the other writer's last change is reported, each round.
+    assert_eq!(direct[6], push("lost:k"));
+    assert_eq!(direct[13], push("lost:k"));
+    for (i, (d, p)) in direct.iter().zip(&through).enumerate() {
+        assert_eq!(p, d, "step {i}: through sidecache, then directly");
     }
     proxy.stop().await;
 }

@@ -7,7 +7,7 @@ use sidecache_pool::Slot;
 use sidecache_resp::encode;
 use sidecache_resp::request::Request;
 
-use super::{blocking, subscribed, Client, Flow, Inval, Pending, Receivers};
+use super::{blocking, subscribed, tracked, Client, Flow, Inval, Pending, Receivers};
 use crate::answer::{self, Local, Outcome};
 use crate::cmd::handling::{Handling, Merge};
 use crate::cmd::table::CommandInfo;
@@ -176,7 +176,8 @@ impl Client {
             Handling::Split(Merge::AllOk) if cluster && args.len().is_multiple_of(2) => {
                 self.local_reply(|r| answer::arity_error(r, "mset"));
             }
-            _ if std::mem::take(&mut self.script_fill) => {
+            _ if self.fill_route == tracked::FillRoute::Read && self.read_on_fill_lane(req) => {}
+            _ if std::mem::take(&mut self.fill_route) == tracked::FillRoute::Script => {
                 let alone = self.script_on_fill_lane(req, inval).await;
                 // Nothing after it overtakes it on another connection.
                 if alone {

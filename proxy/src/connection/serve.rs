@@ -61,6 +61,7 @@ pub async fn serve<S>(
                         client.monitor_feed(&req);
                     }
                     if client.st.tracking.on {
+                        client.note_early(&req);
                         client.track_read(&req);
                     }
                     // CLIENT PAUSE: its own future, boxed, so the loop's
@@ -171,6 +172,9 @@ pub async fn serve<S>(
                 Some(w) => weight = w,
                 None => lost = true,
             }
+        }
+        if client.st.tracking.on {
+            client.early.clear();
         }
         let failed = client.write_watched(&mut stream).await.is_err();
         if !failed {

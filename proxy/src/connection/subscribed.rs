@@ -480,7 +480,7 @@ impl Client {
     /// a push in RESP3; in RESP2 a message on `__redis__:invalidate` if
     /// the client is subscribed to anything (a REDIRECT target), else
     /// nothing (RESP2 has no push outside pub/sub).
-    fn put_invalidation(&mut self, keys: Option<&[Bytes]>) {
+    pub(super) fn put_invalidation(&mut self, keys: Option<&[Bytes]>) {
         let out = &mut self.wbuf;
         let body = |out: &mut BytesMut, nil: &[u8]| match keys {
             Some(keys) => {
@@ -507,9 +507,16 @@ impl Client {
     /// (0: nothing), or `None` when the client must be closed.
     pub(super) fn take_ready(&mut self) -> Option<usize> {
         match self.subs.as_mut().map(|s| s.rx.try_recv()) {
+            // A tracking client's batch: some may go before its replies.
+            Some(Ok(d)) if self.st.tracking.on => self.take_early(d),
             Some(Ok(d)) => self.take_deliveries(d),
             _ => Some(0),
         }
+    }
+
+    /// The outbox's next message, without waiting.
+    pub(super) fn next_delivery(&mut self) -> Option<Delivery> {
+        self.subs.as_mut().and_then(|s| s.rx.try_recv().ok())
     }
 
     /// `weight` outbox bytes reached the client.

@@ -13,6 +13,25 @@ use super::{Client, Inval, Pending};
 use crate::state::Shared;
 use crate::tracking::Sink;
 
+mod early;
+pub(super) use early::Early;
+
+/// Where a tracking client's command goes instead of its usual way.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FillRoute {
+    /// Its usual way.
+    #[default]
+    No,
+    /// A script, to a fill lane: Redis follows the keys it declares if it
+    /// reads ([`Client::script_on_fill_lane`]).
+    Script,
+    /// A read the L1 does not serve, to a fill lane: Redis follows its
+    /// keys for sidecache, so the client keeps what it read until it
+    /// changes, and Redis's messages (an eviction's) come in order with
+    /// its reply ([`Client::read_on_fill_lane`]).
+    Read,
+}
+
 /// Commands that run a script or a function with declared keys.
 const SCRIPTS: &[&str] = &[
     "eval",
@@ -112,7 +131,7 @@ impl Client {
     /// registered when they are queued, and again when EXEC is sent
     /// ([`Client::renew_tracked_reads`]), before Redis runs them.
     pub(super) fn track_read(&mut self, req: &Request) {
-        self.script_fill = false;
+        self.fill_route = FillRoute::No;
         let caching = req.args.len() >= 2
             && req.args[0].eq_ignore_ascii_case(b"client")
             && req.args[1].eq_ignore_ascii_case(b"caching");
@@ -174,7 +193,11 @@ impl Client {
                     return;
                 }
             }
-            self.script_fill = self.optin && !in_tx && self.st.user.is_none();
+            if self.optin && !in_tx && self.st.user.is_none() {
+                self.fill_route = FillRoute::Script;
+            }
+        } else if self.reads_on_fill_lane(in_tx, &req.args) {
+            self.fill_route = FillRoute::Read;
         }
         let bcast = self.st.tracking.bcast;
         if bcast && !self.keys.is_empty() {
@@ -255,6 +278,59 @@ impl Client {
             db,
             keys,
             inval,
+        })));
+        true
+    }
+
+    /// Whether a tracking client's read, not a script, goes to a fill lane
+    /// ([`FillRoute::Read`]): under optin, for a default-mode RESP3 client
+    /// of the upstream's own user (the lane answers in RESP3, as the
+    /// client, so its reply goes verbatim), outside a transaction, when
+    /// its keys share one lane.
+    fn reads_on_fill_lane(&self, in_tx: bool, args: &[Bytes]) -> bool {
+        let Some(&first) = self.keys.first() else {
+            return false;
+        };
+        let lane = |i: usize| super::cache::fill_lane(&args[i], self.fill_lanes);
+        self.optin
+            && !in_tx
+            && self.st.user.is_none()
+            && self.st.proto == Proto::Resp3
+            && !self.st.tracking.bcast
+            && self.keys.iter().all(|&i| lane(i) == lane(first))
+    }
+
+    /// A read of [`FillRoute::Read`], on the fill lane of its first key
+    /// (`false`, and it takes its usual way, when the lane cannot take
+    /// it: a write of this batch is bound for its node on the client's
+    /// connection). Its keys are then followed, and its reply is read as a
+    /// script's ([`Client::reply_script`]: a redirected one is not).
+    pub(super) fn read_on_fill_lane(&mut self, req: &Request) -> bool {
+        self.fill_route = FillRoute::No;
+        let args = &req.args;
+        let Some(&first) = self.keys.first() else {
+            return false;
+        };
+        let Ok((node, slot)) = self.route_key(&args[first]) else {
+            return false;
+        };
+        if !self.fills_on_fill_conn(node) {
+            return false;
+        }
+        let keys: SmallVec<[Bytes; 2]> = self.keys.iter().map(|&i| args[i].clone()).collect();
+        let (lane, idx) = self.enqueue_on_fill_lane(node, &args[first], &req.raw, 1);
+        let db = self.st.db;
+        for k in &keys {
+            self.fill_reads.push((db, k.clone()));
+        }
+        self.pending.push(Pending::Script(Box::new(ScriptFill {
+            lane,
+            idx,
+            slot,
+            cmd: req.raw.clone(),
+            db,
+            keys,
+            inval: None,
         })));
         true
     }
