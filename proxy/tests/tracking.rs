@@ -700,3 +700,50 @@ async fn a_write_after_a_lost_registration_keeps_others_reported() {
     }
     proxy.stop().await;
 }
+
+/// Redis's `unit/tracking` "Tracking invalidation message of eviction
+/// keys should be before response": a key the client follows, evicted by
+/// `maxmemory` when its next command runs, is told of before that
+/// command's reply. `admin` is a direct connection for the limits.
+async fn eviction_told_before_the_reply(addr: &str, admin: &str) -> String {
+    let mut a = TcpStream::connect(admin).await.unwrap();
+    one(&mut a, "FLUSHALL").await;
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    one(&mut t, "HELLO 3").await;
+    one(&mut t, "CLIENT TRACKING on").await;
+    let info = one(&mut a, "INFO memory").await;
+    let field = |k: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let limit = field("used_memory:") - field("mem_not_counted_for_evict:") + 150 * 1024;
+    one(&mut a, &format!("CONFIG SET maxmemory {limit}")).await;
+    one(&mut a, "CONFIG SET maxmemory-policy volatile-random").await;
+    one(&mut t, "SETEX volatile-key 10000 x").await;
+    one(&mut t, "GET volatile-key").await;
+    // Each step's bytes: its reply and what came with it.
+    let mut out = String::new();
+    for line in ["SETBIT big-key 1600000 0", "GETBIT big-key 0"] {
+        out += &String::from_utf8_lossy(&raw_on(&mut t, enc(line).as_bytes(), 1).await);
+        out += &arrived(&mut t, Duration::from_millis(100)).await;
+        out.push('|');
+    }
+    one(&mut a, "CONFIG SET maxmemory 0").await;
+    one(&mut a, "CONFIG SET maxmemory-policy noeviction").await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_is_told_before_the_reply_of_the_command_that_caused_it() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let direct = eviction_told_before_the_reply(&redis.addr(), &redis.addr()).await;
+    assert_eq!(direct, format!(":0\r\n|{}:0\r\n|", push("volatile-key")));
+    let through = eviction_told_before_the_reply(&proxy.addr.to_string(), &redis.addr()).await;
+    assert_eq!(through, direct);
+    proxy.stop().await;
+}
