@@ -21,3 +21,7 @@ pub struct Flags {
     /// which Redis shows before they run rather than after).
     pub no_monitor: bool,
 }
+
+/// The commands Redis flags `may_replicate` (`commands.def`, Redis 7.0 to
+/// 8 and Valkey alike), a flag `COMMAND` does not show.
+pub const MAY_REPLICATE: &[&str] = &["pfcount", "publish", "spublish", "eval", "evalsha", "fcall"];

@@ -3,7 +3,7 @@
 //! the commands it runs.
 //!
 //! Redis hides one of the flags it decides by, `may_replicate`, from
-//! `COMMAND`: [`MAY_REPLICATE`] names its commands. A script that
+//! `COMMAND`: [`super::flags::MAY_REPLICATE`] names its commands. A script that
 //! declares its flags (`#!lua flags=no-writes`) is held only if it may
 //! write; one that declares none (EVAL's compatibility mode) always is.
 
@@ -11,10 +11,6 @@ use bytes::Bytes;
 use sidecache_resp::frame::Value;
 
 use super::table::CommandInfo;
-
-/// The commands Redis flags `may_replicate` (`commands.def`, Redis 7.0 to
-/// 8 and Valkey alike), a flag `COMMAND` does not show.
-pub const MAY_REPLICATE: &[&str] = &["pfcount", "publish", "spublish", "eval", "evalsha", "fcall"];
 
 /// The script flags Redis accepts in a shebang line.
 const SCRIPT_FLAGS: &[&[u8]] = &[

@@ -528,7 +528,7 @@ fn parse_entry(v: Value, container: Option<&str>, id: u16) -> Option<CommandInfo
         }
     }
     // A flag Redis hides from COMMAND (CLIENT PAUSE WRITE holds these).
-    if container.is_none() && super::pause::MAY_REPLICATE.contains(&name.as_str()) {
+    if container.is_none() && super::flags::MAY_REPLICATE.contains(&name.as_str()) {
         flags.may_replicate = true;
     }
     let first = items.next().and_then(|v| v.as_int()).unwrap_or(0);
