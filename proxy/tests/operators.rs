@@ -309,6 +309,9 @@ async fn client_list_shows_the_last_command_and_counters() {
             &["SET k v", "GET k"][..],
             &["MULTI", "SET k w", "EXEC"],
             &["CLIENT ID"],
+            // A blocking command (answered at once here) is counted once
+            // its reply is in, before the client's next command.
+            &["RPUSH bl a", "BLPOP bl 0"],
             &["NO-SUCH-COMMAND"],
             &["PING"],
         ] {

@@ -456,6 +456,20 @@ impl Client {
         }
     }
 
+    /// The commands run since the last call reach CLIENT LIST (`tot-cmds`,
+    /// `cmd`) and INFO: at the end of a batch, and when a blocking
+    /// command's reply is in (counted then, as Valkey counts it).
+    pub(super) fn publish_commands(&mut self) {
+        self.st
+            .entry
+            .activity
+            .answered(self.commands, self.last_cmd);
+        self.shared
+            .stats
+            .commands
+            .fetch_add(std::mem::take(&mut self.commands), Ordering::Relaxed);
+    }
+
     /// The per-batch reset once every reply is written: counters added to
     /// the shared stats, the next batch's output estimate, and the topology
     /// picked up afresh.
@@ -467,15 +481,9 @@ impl Client {
             b.sent = None;
         }
         self.forwarded_write = false;
-        self.st
-            .entry
-            .activity
-            .answered(self.commands, self.last_cmd);
-        let stats = &self.shared.stats;
-        stats
-            .commands
-            .fetch_add(std::mem::take(&mut self.commands), Ordering::Relaxed);
+        self.publish_commands();
         if errors > 0 {
+            let stats = &self.shared.stats;
             stats.upstream_errors.fetch_add(errors, Ordering::Relaxed);
         }
         self.batch_bytes = 0;

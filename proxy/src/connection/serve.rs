@@ -105,6 +105,9 @@ pub async fn serve<S>(
                         Flow::Block => {
                             // What came before it is answered first; then
                             // it blocks, later requests waiting in `rbuf`.
+                            // It is counted once answered (`tot-cmds`), as
+                            // Valkey counts a blocked command.
+                            client.commands = client.commands.saturating_sub(1);
                             client.flush().await;
                             if write_out(&mut stream, &mut client.wbuf, &client.st.entry.activity)
                                 .await
@@ -118,6 +121,8 @@ pub async fn serve<S>(
                             {
                                 break 'conn;
                             }
+                            client.commands += 1;
+                            client.publish_commands();
                             if write_out(&mut stream, &mut client.wbuf, &client.st.entry.activity)
                                 .await
                                 .is_err()
