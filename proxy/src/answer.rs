@@ -578,11 +578,7 @@ fn client(args: &[Bytes], st: &mut ClientState, shared: &Shared, r: &mut Reply<'
 /// The size of `args` as one RESP command (`*2\r\n$6\r\nclient\r\n…`):
 /// the running client's `qbuf` in CLIENT LIST.
 fn resp_len(args: &[Bytes]) -> usize {
-    let digits = |n: usize| n.checked_ilog10().map_or(1, |d| d as usize + 1);
-    args.iter()
-        .map(|a| 1 + digits(a.len()) + 2 + a.len() + 2)
-        .sum::<usize>()
-        + 1
-        + digits(args.len())
-        + 2
+    let mut out = BytesMut::new();
+    sidecache_resp::encode::encode_command(&mut out, args);
+    out.len()
 }

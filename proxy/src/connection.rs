@@ -164,8 +164,8 @@ enum Pending {
     Journalled(u64),
     /// A MULTI … EXEC/DISCARD block on a shared connection.
     Tx(Box<tx::TxPending>),
-    /// A tracking client's script, run on a fill lane (`tracked`).
-    Script(Box<tracked::ScriptFill>),
+    /// A tracking client's script or read, run on a fill lane (`tracked`).
+    LaneRead(Box<tracked::LaneRead>),
     Up {
         node: u32,
         idx: u32,

@@ -23,32 +23,12 @@ async fn proxy_info(proxy: &Proxy) -> String {
 /// Waits until Redis itself has `want` blocked clients (sidecache counts a
 /// command blocked a moment before Redis has it).
 async fn redis_blocked(redis: &RedisServer, want: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info =
-            String::from_utf8_lossy(&raw(&redis.addr(), b"INFO clients\r\n", 1).await).into_owned();
-        if info_field(&info, "blocked_clients") == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Redis never had {want} blocked: {info}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::info_becomes(&redis.addr(), "clients", "blocked_clients", want).await;
 }
 
 /// Waits until `field` of INFO proxy is `want`.
 async fn info_becomes(proxy: &Proxy, field: &str, want: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let info = proxy_info(proxy).await;
-        if info_field(&info, field) == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{field} never {want}: {info}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::info_becomes(&proxy.addr.to_string(), "proxy", field, want).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

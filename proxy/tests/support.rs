@@ -644,3 +644,21 @@ pub fn one_std(s: &mut std::net::TcpStream, line: &str) -> String {
     let n = s.read(&mut buf).unwrap();
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
+
+/// Waits (at most 10 s) until `field` of `INFO section` on `addr` (Redis
+/// or sidecache) is `want`.
+pub async fn info_becomes(addr: &str, section: &str, field: &str, want: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let cmd = enc(&format!("INFO {section}"));
+    loop {
+        let info = String::from_utf8_lossy(&raw(addr, cmd.as_bytes(), 1).await).into_owned();
+        if info_field(&info, field) == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{field} never {want} on {addr}: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

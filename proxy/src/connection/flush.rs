@@ -348,7 +348,7 @@ impl Client {
                 self.wbuf.put_slice(b"+OK\r\n");
             }
             Pending::Tx(t) => self.reply_tx(*t).await,
-            Pending::Script(sf) => return self.reply_script(*sf).await,
+            Pending::LaneRead(lr) => return self.reply_lane_read(*lr).await,
             Pending::Invalidate(inval) => self.invalidated(inval).await,
             Pending::TxFollow(f) => self.tx_followed(*f),
             Pending::TxInvalidate(t) => {

@@ -61,7 +61,6 @@ pub async fn serve<S>(
                         client.monitor_feed(&req);
                     }
                     if client.st.tracking.on {
-                        client.note_early(&req);
                         client.track_read(&req);
                     }
                     // CLIENT PAUSE: its own future, boxed, so the loop's

@@ -79,10 +79,10 @@ pub(super) struct TxFollow {
     expect: Vec<(Bytes, SmallVec<[Bytes; 2]>)>,
 }
 
-/// A tracking client's script on a fill lane: its reply at `idx` of fill
-/// lane `lane`.
+/// A tracking client's script or read on a fill lane: its reply at `idx`
+/// of fill lane `lane`.
 #[derive(Debug)]
-pub(super) struct ScriptFill {
+pub(super) struct LaneRead {
     lane: u32,
     idx: u32,
     slot: Option<Slot>,
@@ -129,9 +129,14 @@ impl Client {
     /// `PTTL k`, the read, `EXEC`); one queued inside a MULTI applies to
     /// the commands queued after it. Reads inside a transaction are
     /// registered when they are queued, and again when EXEC is sent
-    /// ([`Client::renew_tracked_reads`]), before Redis runs them.
+    /// ([`Client::renew_tracked_reads`]), before Redis runs them. Every
+    /// command also notes what the batch touches ([`Client::note_early`]).
     pub(super) fn track_read(&mut self, req: &Request) {
         self.fill_route = FillRoute::No;
+        // One lookup for both: what the batch touches, and what it reads.
+        let shared = std::sync::Arc::clone(&self.shared);
+        let info = shared.table.lookup(&req.args);
+        self.note_early(req, info.map(|i| &**i));
         let caching = req.args.len() >= 2
             && req.args[0].eq_ignore_ascii_case(b"client")
             && req.args[1].eq_ignore_ascii_case(b"caching");
@@ -164,8 +169,7 @@ impl Client {
         if !self.st.tracking.tracks_reads_with(caching) {
             return;
         }
-        let shared = std::sync::Arc::clone(&self.shared);
-        let Some(info) = shared.table.lookup(&req.args) else {
+        let Some(info) = info else {
             return;
         };
         // A script: Redis tracks the keys it declares if it runs a read
@@ -265,20 +269,7 @@ impl Client {
             self.push_inval(inval);
             return false;
         }
-        let (lane, idx) = self.enqueue_on_fill_lane(node, &args[first], &req.raw, 1);
-        let db = self.st.db;
-        for k in &keys {
-            self.fill_reads.push((db, k.clone()));
-        }
-        self.pending.push(Pending::Script(Box::new(ScriptFill {
-            lane,
-            idx,
-            slot,
-            cmd: req.raw.clone(),
-            db,
-            keys,
-            inval,
-        })));
+        self.lane_read(node, slot, req, first, keys, inval);
         true
     }
 
@@ -304,7 +295,7 @@ impl Client {
     /// (`false`, and it takes its usual way, when the lane cannot take
     /// it: a write of this batch is bound for its node on the client's
     /// connection). Its keys are then followed, and its reply is read as a
-    /// script's ([`Client::reply_script`]: a redirected one is not).
+    /// script's ([`Client::reply_lane_read`]: a redirected one is not).
     pub(super) fn read_on_fill_lane(&mut self, req: &Request) -> bool {
         self.fill_route = FillRoute::No;
         let args = &req.args;
@@ -318,21 +309,36 @@ impl Client {
             return false;
         }
         let keys: SmallVec<[Bytes; 2]> = self.keys.iter().map(|&i| args[i].clone()).collect();
-        let (lane, idx) = self.enqueue_on_fill_lane(node, &args[first], &req.raw, 1);
+        self.lane_read(node, slot, req, first, keys, None);
+        true
+    }
+
+    /// `req` on the fill lane of its key `args[first]` on `node`: Redis
+    /// follows `keys` for sidecache from its reply on
+    /// ([`Client::reply_lane_read`]); `inval`, what it may have written.
+    fn lane_read(
+        &mut self,
+        node: usize,
+        slot: Option<Slot>,
+        req: &Request,
+        first: usize,
+        keys: SmallVec<[Bytes; 2]>,
+        inval: Option<Inval>,
+    ) {
+        let (lane, idx) = self.enqueue_on_fill_lane(node, &req.args[first], &req.raw, 1);
         let db = self.st.db;
         for k in &keys {
             self.fill_reads.push((db, k.clone()));
         }
-        self.pending.push(Pending::Script(Box::new(ScriptFill {
+        self.pending.push(Pending::LaneRead(Box::new(LaneRead {
             lane,
             idx,
             slot,
             cmd: req.raw.clone(),
             db,
             keys,
-            inval: None,
+            inval,
         })));
-        true
     }
 
     fn push_inval(&mut self, inval: Option<Inval>) {
@@ -341,12 +347,12 @@ impl Client {
         }
     }
 
-    /// The reply of a script run on a fill lane, in the client's protocol
-    /// (the lane speaks RESP3). If the script was redirected (a cluster
+    /// The reply of a script or read run on a fill lane, in the client's
+    /// protocol (the lane speaks RESP3). If it was redirected (a cluster
     /// moved its slot) and ran elsewhere, or its connection failed, its keys
     /// are not followed: they get their message after the reply. Returns whether it
     /// is an upstream failure.
-    pub(super) async fn reply_script(&mut self, sf: ScriptFill) -> bool {
+    pub(super) async fn reply_lane_read(&mut self, sf: LaneRead) -> bool {
         let mut followed = true;
         let got = match self.take_lane_frame(true, sf.lane, sf.idx) {
             Ok(f)

@@ -129,14 +129,10 @@ impl<'a> Echoes<'a> {
             return;
         }
         let args = self.echo.args(p, cur.frames.len() - 1);
-        // In a write-behind batch, only its re-reads read (`MGET k …`,
-        // `PTTL k`: `crate::coherence::refill`); its writes end no wait.
-        let reads = !cur.writes
-            || args.first().is_some_and(|name| {
-                [&b"mget"[..], b"get", b"pttl"]
-                    .iter()
-                    .any(|r| name.eq_ignore_ascii_case(r))
-            });
+        // In a write-behind batch, what is not one of its writes reads
+        // (the re-reads, `crate::coherence::refill`, whichever commands
+        // they use); its writes end no wait.
+        let reads = !cur.writes || args.first().is_some_and(|name| !is_write(name));
         if reads {
             ch.answered(&args);
         }
@@ -206,14 +202,18 @@ impl Echo {
         };
         if name.eq_ignore_ascii_case(b"mset") {
             out.extend(args.iter().skip(1).step_by(2).cloned());
-        } else if [&b"set"[..], b"setex", b"psetex"]
-            .iter()
-            .any(|c| name.eq_ignore_ascii_case(c))
-        {
+        } else if is_write(name) {
             out.extend(args.get(1).cloned());
         }
         out
     }
+}
+
+/// Whether `name` is one of the writes write-behind sends.
+fn is_write(name: &[u8]) -> bool {
+    [&b"set"[..], b"setex", b"psetex", b"mset"]
+        .iter()
+        .any(|c| name.eq_ignore_ascii_case(c))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use sidecache_resp::request::Request;
 
 use super::super::Client;
 use crate::cmd::handling::Invalidation;
+use crate::cmd::table::CommandInfo;
 use crate::pubsub::Delivery;
 
 /// What a tracking client's batch touched.
@@ -49,8 +50,9 @@ impl Early {
 }
 
 impl Client {
-    /// A tracking client's command, before its dispatch: what it touches.
-    pub(in crate::connection) fn note_early(&mut self, req: &Request) {
+    /// A tracking client's command (`info`: its table entry), before its
+    /// dispatch: what it touches.
+    pub(in crate::connection) fn note_early(&mut self, req: &Request, info: Option<&CommandInfo>) {
         if self.early.opaque {
             return;
         }
@@ -60,8 +62,7 @@ impl Client {
             self.early.opaque = true;
             return;
         }
-        let shared = std::sync::Arc::clone(&self.shared);
-        let Some(info) = shared.table.lookup(&req.args) else {
+        let Some(info) = info else {
             self.early.opaque = true;
             return;
         };
