@@ -126,7 +126,8 @@ fn pubsub(kind: Kind, sub: bool) -> Handling {
     Handling::PubSub { kind, sub }
 }
 
-const REPLICATION: &str = "replication commands cannot be proxied";
+/// Why SYNC, PSYNC and REPLCONF are refused.
+pub const REPLICATION: &str = "replication commands cannot be proxied";
 
 /// The handling of a command named `name` (lower case; `container|sub` for
 /// subcommands), given its flags from `COMMAND`.

@@ -337,7 +337,27 @@ impl Client {
     /// without …`, `-WRONGPASS`), and the connection stays the user it was:
     /// a successful AUTH as its own user changes nothing, a failed one
     /// leaves it as it was.
-    fn auth_as_own_user(&self, args: &[Bytes]) -> bool {
+    /// Whether an AUTH or HELLO leaves the client the user it is, as far
+    /// as connections go: no credentials, the upstream's own user checked
+    /// upstream, or sidecache's `--requirepass` checked here for a client
+    /// of the upstream's user.
+    pub(super) fn login_keeps_user(&self, cmd: Local, args: &[Bytes]) -> bool {
+        let Some((user, pass)) = answer::credentials(cmd, args) else {
+            return true;
+        };
+        if cmd == Local::Auth && self.auth_as_own_user(args) {
+            return true;
+        }
+        let requirepass = self.shared.config.requirepass.as_deref();
+        let enabled = self.shared.users.enabled();
+        self.st.user.is_none()
+            && matches!(
+                crate::state::users::check(user.map(|u| &u[..]), pass, requirepass, enabled),
+                crate::state::users::Check::Local(_)
+            )
+    }
+
+    pub(super) fn auth_as_own_user(&self, args: &[Bytes]) -> bool {
         let own = self.shared.upstream.auth().username().unwrap_or("default");
         let named = match args.len() {
             2 => &b"default"[..],
@@ -353,7 +373,7 @@ impl Client {
 /// AUTH or HELLO … AUTH with credentials only the upstream can check
 /// (an ACL user; see `state/users.rs`): the upstream's verdict, from
 /// a handshake as that user. `None` for anything else.
-async fn verify_credentials(
+pub(super) async fn verify_credentials(
     shared: &crate::state::Shared,
     cmd: Local,
     args: &[Bytes],

@@ -27,10 +27,12 @@
 //! L1 at queue time and again when EXEC is answered.
 //!
 //! What a shared connection must never carry stays out of a block:
-//! commands that change the connection itself are either run by sidecache
-//! at EXEC in their place (CLIENT, (P|S)(UN)SUBSCRIBE; SELECT goes upstream
-//! in its place and is followed) or (HELLO, AUTH, MONITOR, replication)
-//! refused inside MULTI with an error, and the EXEC then aborts
+//! commands that change the connection itself are run by sidecache at EXEC
+//! in their place (CLIENT, AUTH, HELLO, (P|S)(UN)SUBSCRIBE, MONITOR's
+//! refusal; see `deferred`), SELECT goes upstream in its place and is
+//! followed, and a HELLO that switches protocols moves the block to a held
+//! connection. Only REPLCONF (replication is not proxied) and sidecache's
+//! own SIDECACHE are refused inside MULTI, and the EXEC then aborts
 //! (`-EXECABORT`) without running anything.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -42,9 +44,11 @@ use smallvec::SmallVec;
 
 use super::{Client, Flow, Inval, Pending};
 
+mod deferred;
 mod run;
 use crate::answer::{self, Local, Outcome};
 use crate::pubsub::Kind;
+use deferred::Deferred;
 
 /// The reply Redis gives EXEC after a queue-time error.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -93,6 +97,9 @@ pub(super) struct TxBlock {
     pub(super) reads: Vec<(usize, Bytes, SmallVec<[Bytes; 2]>)>,
     /// A queued command may change data: CLIENT PAUSE WRITE holds EXEC.
     pub(super) writes: bool,
+    /// A queued HELLO switches the protocol: the block runs on a held
+    /// connection, switched in its place and closed after.
+    switch: bool,
 }
 
 impl TxBlock {
@@ -127,24 +134,14 @@ impl TxBlock {
     }
 }
 
-/// A command inside MULTI that sidecache answers itself, at EXEC.
-#[derive(Debug)]
-pub(super) enum Deferred {
-    /// One of [`Local`]'s, with its arguments.
-    Local(Local, Vec<Bytes>),
-    /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
-    /// sidecache's.
-    Unsubscribe(Kind, Vec<Bytes>),
-    /// SUBSCRIBE or PSUBSCRIBE (SSUBSCRIBE: refused at EXEC, as Redis
-    /// refuses it there), with its arguments.
-    Subscribe(Kind, Vec<Bytes>),
-}
-
 /// The client's held connection: from WATCH (or a MULTI spanning batches)
 /// until the transaction ends.
 #[derive(Debug)]
 pub(super) struct Held {
     conn: SessionConn,
+    /// The pool it came from (the client's user at the time: an AUTH at
+    /// EXEC may change the user before it goes back).
+    pool: std::sync::Arc<sidecache_pool::SessionPool>,
     /// Index of its node in the client's topology snapshot.
     node: usize,
     /// Keys are watched on it.
@@ -235,6 +232,19 @@ impl Client {
                     return Some(Flow::Continue);
                 }
                 Local::Ping | Local::Echo => return None,
+                Local::Auth | Local::Hello if self.tx.is_some() => {
+                    self.tx_login(cmd, lname, req);
+                    return Some(Flow::Continue);
+                }
+                // Watching, outside MULTI: a login that keeps the client's
+                // user keeps the held connection's; a HELLO switches its
+                // protocol with the client's.
+                Local::Auth | Local::Hello if self.login_keeps_user(cmd, &req.args) => {
+                    return match cmd {
+                        Local::Hello => Some(self.hello_while_watching(req).await),
+                        _ => None,
+                    };
+                }
                 // Watching, outside MULTI: SELECT applies to the client and
                 // to the held connection (the EXEC to come runs there).
                 Local::Select if self.tx.is_none() => {
@@ -300,11 +310,7 @@ impl Client {
             b"subscribe" => self.tx_subscribe(Kind::Channel, req).await,
             b"psubscribe" => self.tx_subscribe(Kind::Pattern, req).await,
             b"ssubscribe" => self.tx_subscribe(Kind::Shard, req).await,
-            b"monitor" | b"sync" | b"psync" | b"replconf" => {
-                let name = String::from_utf8_lossy(&req.args[0]).to_ascii_uppercase();
-                if let Some(tx) = self.tx.as_mut() {
-                    tx.dirty = true;
-                }
+            b"monitor" => {
                 // An ACL user's refusal comes first, as on Redis (its ACL
                 // is checked before the command is queued).
                 let refusal = self.user_refusal(&req.args).await;
@@ -312,93 +318,19 @@ impl Client {
                     .as_ref()
                     .and_then(|f| sidecache_resp::frame::error_text(f))
                     .map(|t| String::from_utf8_lossy(t).into_owned());
-                self.tx_local_error(&text.unwrap_or_else(|| {
-                    format!("ERR sidecache: {name} inside MULTI is not supported")
-                }));
+                self.tx_monitor(lname, req, text);
+            }
+            // Replication is not proxied: refused as outside MULTI (SYNC
+            // and PSYNC go upstream, which refuses them inside MULTI).
+            b"replconf" => {
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.dirty = true;
+                }
+                self.tx_local_error(&format!("ERR {}", crate::cmd::handling::REPLICATION));
             }
             _ => self.tx_push(lname, req),
         }
         Some(Flow::Continue)
-    }
-
-    /// A locally answered command inside MULTI: checked for arity now (a
-    /// queue-time error, as Redis), run at EXEC.
-    fn tx_defer(&mut self, cmd: Local, lname: &[u8], req: &Request) {
-        let info = self.shared.table.lookup(&req.args).cloned();
-        let refusal = match info {
-            Some(info) if !info.arity_ok(req.args.len()) => Some(format!(
-                "ERR wrong number of arguments for '{}' command",
-                info.name
-            )),
-            // A container found without its subcommand: Redis refuses it
-            // at queue time.
-            Some(info) if !info.subcommands.is_empty() && !info.name.contains('|') => {
-                Some(format!(
-                    "ERR unknown subcommand '{}'. Try {} HELP.",
-                    String::from_utf8_lossy(req.args.get(1).map_or(&b""[..], |a| &a[..])),
-                    String::from_utf8_lossy(lname).to_ascii_uppercase()
-                ))
-            }
-            _ => None,
-        };
-        self.tx_run_at_exec(refusal, Deferred::Local(cmd, req.args.clone()));
-    }
-
-    /// A command sidecache answers itself inside MULTI: refused at queue
-    /// time (`refusal`: the transaction is then dirty, EXEC aborts), or
-    /// queued, upstream queueing a PING in its place, to run at EXEC.
-    fn tx_run_at_exec(&mut self, refusal: Option<String>, deferred: Deferred) {
-        if let Some(msg) = refusal {
-            if let Some(tx) = self.tx.as_mut() {
-                tx.dirty = true;
-            }
-            self.tx_local_error(&msg);
-            return;
-        }
-        let mut ping = BytesMut::new();
-        encode::encode_command(&mut ping, &[b"PING"]);
-        if let Some(tx) = self.tx.as_mut() {
-            tx.deferred.push((tx.queued, deferred));
-        }
-        self.tx_push_raw(&ping, true);
-    }
-
-    /// (P|S)UNSUBSCRIBE inside MULTI: queued (upstream queues a PING in
-    /// its place) and run at EXEC on the client's own subscriptions, its
-    /// replies in its place in EXEC's array, as Redis 7 and Valkey 9 do.
-    /// Valkey 8.0.0 and 8.0.1 refuse it at queue time from a client that
-    /// subscribed to nothing (`-NOSUB`; reverted in Valkey 8.0.2).
-    async fn tx_unsubscribe(&mut self, kind: Kind, req: &Request) {
-        let info = self.shared.upstream.server_info();
-        let nosub = info.engine() == "valkey" && matches!(info.engine_version(), "8.0.0" | "8.0.1");
-        let refusal = match self.user_refusal(&req.args).await {
-            Some(f) => sidecache_resp::frame::error_text(&f)
-                .map(|t| String::from_utf8_lossy(t).into_owned()),
-            None if nosub && !self.in_pubsub() => Some(format!(
-                "NOSUB '{}' command executed not in subscribed mode",
-                String::from_utf8_lossy(&req.args[0]).to_ascii_lowercase()
-            )),
-            None => None,
-        };
-        self.tx_run_at_exec(refusal, Deferred::Unsubscribe(kind, req.args.clone()));
-    }
-
-    /// (P|S)SUBSCRIBE inside MULTI: queued (upstream queues a PING in its
-    /// place) and run at EXEC, its replies in its place in EXEC's array,
-    /// the client in pub/sub from then on, as on Redis 7 and Valkey.
-    async fn tx_subscribe(&mut self, kind: Kind, req: &Request) {
-        let refusal = if req.args.len() < 2 {
-            Some(format!(
-                "ERR wrong number of arguments for '{}' command",
-                String::from_utf8_lossy(&req.args[0]).to_ascii_lowercase()
-            ))
-        } else {
-            self.user_refusal(&req.args).await.and_then(|f| {
-                sidecache_resp::frame::error_text(&f)
-                    .map(|t| String::from_utf8_lossy(t).into_owned())
-            })
-        };
-        self.tx_run_at_exec(refusal, Deferred::Subscribe(kind, req.args.clone()));
     }
 
     /// SELECT inside MULTI: sent upstream in its place (the commands after
@@ -420,6 +352,35 @@ impl Client {
             }
         }
         self.tx_push_raw(&req.raw, true);
+    }
+
+    /// HELLO without credentials while keys are watched: answered as
+    /// always, and a protocol it switches to is also the held
+    /// connection's, so the EXEC to come answers in it (the connection is
+    /// then not reused).
+    async fn hello_while_watching(&mut self, req: &Request) -> Flow {
+        let before = self.st.proto;
+        let flow = self.dispatch_local(Local::Hello, &req.args).await;
+        if self.st.proto == before {
+            return flow;
+        }
+        let n: &[u8] = if self.st.proto == sidecache_pool::Proto::Resp3 {
+            b"3"
+        } else {
+            b"2"
+        };
+        let mut hello = BytesMut::new();
+        encode::encode_command(&mut hello, &[b"HELLO".as_slice(), n]);
+        let timeout = self.shared.upstream.command_timeout();
+        let Some(h) = self.held.as_mut() else {
+            return flow;
+        };
+        h.session_changed = true;
+        if h.conn.call(&hello, 1, timeout).await.is_err() {
+            // Its watches are lost with it: the EXEC will say so.
+            self.end_session(false);
+        }
+        flow
     }
 
     /// SELECT while keys are watched: answered as always, and, when it
@@ -567,7 +528,7 @@ impl Client {
         self.tx = None;
         if let Some(h) = self.held.take() {
             let clean = clean && !h.watching && !h.session_changed;
-            self.sessions().release(h.conn, clean);
+            h.pool.release(h.conn, clean);
         }
     }
 }

@@ -10,14 +10,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sidecache_pool::cluster::redirect::{self, Action};
 use sidecache_pool::Slot;
 use sidecache_resp::encode;
-use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 
-use super::{Deferred, End, Held, TxBlock, TxPending, EXECABORT};
-use crate::answer::{self, Local};
+use super::{End, Held, TxBlock, TxPending, EXECABORT};
 use crate::connection::{Client, Pending};
-use crate::pubsub::Kind;
-use sidecache_pool::Proto;
 
 impl Client {
     /// EXEC or DISCARD closes the block: on a shared connection when
@@ -56,7 +52,7 @@ impl Client {
             }
             return;
         }
-        if self.held.is_some() || tx.on_held {
+        if self.held.is_some() || tx.on_held || tx.switch {
             // What this flush answers comes before EXEC's reply, so the
             // transaction's reads (and any before them) are decided after
             // EXEC's (`Client::end_tracked_reads`), never before it.
@@ -68,7 +64,7 @@ impl Client {
             }
             let replies = self.held_send(&mut tx).await;
             let start = self.scratch.len();
-            if !tx.selects.is_empty() {
+            if !tx.selects.is_empty() || tx.switch {
                 if let Some(h) = self.held.as_mut() {
                     h.session_changed = true;
                 }
@@ -227,8 +223,8 @@ impl Client {
         }
         let up = &self.shared.upstream;
         let wait = self.shared.upstream.write_behind().config().queue_timeout;
-        match self
-            .sessions()
+        let pool = self.sessions();
+        match pool
             .hold(
                 n.addr(),
                 self.session(),
@@ -247,6 +243,7 @@ impl Client {
                 self.pending.push(Pending::Local(start..self.scratch.len()));
                 let held = Held {
                     conn,
+                    pool,
                     node,
                     watching: ok,
                     slot,
@@ -255,7 +252,7 @@ impl Client {
                 if ok {
                     self.held = Some(held);
                 } else {
-                    self.sessions().release(held.conn, true);
+                    held.pool.release(held.conn, true);
                 }
             }
             Err(e) => self.tx_upstream_error(&e),
@@ -308,12 +305,13 @@ impl Client {
             };
             self.wait_writes(&nd).await?;
             let wait = up.write_behind().config().queue_timeout;
-            let (conn, replies) = self
-                .sessions()
+            let pool = self.sessions();
+            let (conn, replies) = pool
                 .hold(nd.addr(), self.session(), wait, &payload, n, timeout)
                 .await?;
             self.held = Some(Held {
                 conn,
+                pool,
                 node,
                 watching: false,
                 slot: tx.slot,
@@ -394,7 +392,7 @@ impl Client {
                 tx.buf.clear();
                 tx.count = 0;
                 if let Some(h) = self.held.take() {
-                    self.sessions().release(h.conn, false);
+                    h.pool.release(h.conn, false);
                 }
             }
         }
@@ -516,99 +514,6 @@ impl Client {
             Err(e) => Err(e),
         };
         self.write_tx_replies(&t.order, replies, t.end, t.dirty, false);
-    }
-
-    /// Puts the replies of locally answered commands, run now (at EXEC,
-    /// as Redis runs them), in their places in EXEC's array.
-    async fn run_deferred(
-        &mut self,
-        mut frames: Vec<Bytes>,
-        end: End,
-        deferred: &[(usize, Deferred)],
-        selects: &[(usize, Vec<Bytes>)],
-    ) -> Vec<Bytes> {
-        if end != End::Exec || (deferred.is_empty() && selects.is_empty()) {
-            return frames;
-        }
-        let Some(last) = frames.pop() else {
-            return frames;
-        };
-        let Ok(Some(mut items)) = frame::array_elements(&last) else {
-            frames.push(last);
-            return frames;
-        };
-        for (at, cmd) in deferred {
-            let mut out = BytesMut::new();
-            match cmd {
-                Deferred::Local(cmd, args) => {
-                    answer::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
-                }
-                // One frame per name, all in its one place: EXEC's array
-                // counts commands, not frames, as on Redis.
-                Deferred::Unsubscribe(kind, args) => {
-                    let before = self.in_pubsub();
-                    self.unsubscribe_into(*kind, args, &mut out);
-                    self.note_mode(before);
-                }
-                // Redis runs a transaction's commands as a client that may
-                // not block, which SSUBSCRIBE refuses.
-                Deferred::Subscribe(Kind::Shard, _) => {
-                    out.extend_from_slice(
-                        b"-ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client\r\n",
-                    );
-                }
-                Deferred::Subscribe(kind, args) => {
-                    let before = self.in_pubsub();
-                    if let Err(msg) = self.subscribe_into(*kind, args, &mut out).await {
-                        out.extend_from_slice(format!("-{msg}\r\n").as_bytes());
-                    }
-                    self.note_mode(before);
-                }
-            }
-            if let Some(item) = items.get_mut(*at) {
-                *item = out.freeze();
-            }
-        }
-        // A RESP2 client subscribed by the transaction is in pub/sub from
-        // that command on: Redis answers its PINGs after it as a
-        // subscriber's (`pong` and an empty message).
-        let subscribed_at = deferred
-            .iter()
-            .filter(|(_, d)| matches!(d, Deferred::Subscribe(Kind::Channel | Kind::Pattern, _)))
-            .map(|(at, _)| *at)
-            .min();
-        if let Some(from) = subscribed_at.filter(|_| self.st.proto == Proto::Resp2) {
-            for item in items.iter_mut().skip(from + 1) {
-                if &item[..] == b"+PONG\r\n" {
-                    *item = Bytes::from_static(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
-                }
-            }
-        }
-        // A SELECT that ran moves the client to its database.
-        for (at, args) in selects {
-            if items.get(*at).is_some_and(|i| i.first() == Some(&b'+')) {
-                let mut out = BytesMut::new();
-                answer::run(
-                    Local::Select,
-                    args,
-                    &mut self.st,
-                    &self.shared,
-                    &mut out,
-                    None,
-                );
-            }
-        }
-        if deferred.is_empty() {
-            frames.push(last);
-            return frames;
-        }
-        let mut array = BytesMut::new();
-        encode::put_header(&mut array, b'*', items.len() as i64);
-        for i in &items {
-            array.put_slice(i);
-        }
-        frames.push(array.freeze());
-        frames
     }
 
     async fn rerun_block(
