@@ -360,6 +360,19 @@ impl Drop for Proxy {
     }
 }
 
+/// Whatever arrives on `s` within `wait` (pushes, messages).
+pub async fn arrived(s: &mut TcpStream, wait: Duration) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = tokio::time::Instant::now() + wait;
+    while let Ok(Ok(n)) = tokio::time::timeout_at(end, s.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
 /// Sends raw bytes and reads back exactly `replies` RESP frames.
 pub async fn raw(addr: &str, input: &[u8], replies: usize) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).await.expect("connect");

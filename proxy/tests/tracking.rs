@@ -10,26 +10,11 @@ mod support;
 
 use std::time::Duration;
 
-use support::{enc, one_std, raw_on, Cluster, Proxy, RedisServer};
-use tokio::io::AsyncReadExt;
+use support::{arrived, enc, one_std, raw_on, Cluster, Proxy, RedisServer};
 use tokio::net::TcpStream;
 
 async fn one(s: &mut TcpStream, line: &str) -> String {
     String::from_utf8_lossy(&raw_on(s, enc(line).as_bytes(), 1).await).into_owned()
-}
-
-/// Whatever arrives on `s` within `wait` (pushes, messages).
-async fn arrived(s: &mut TcpStream, wait: Duration) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let end = tokio::time::Instant::now() + wait;
-    while let Ok(Ok(n)) = tokio::time::timeout_at(end, s.read(&mut buf)).await {
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
 }
 
 fn push(key: &str) -> String {

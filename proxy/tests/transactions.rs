@@ -560,3 +560,52 @@ async fn logins_inside_multi_run_at_exec_as_on_redis() {
     }
     proxy.stop().await;
 }
+
+/// A RESP3 client that turns CLIENT TRACKING on inside MULTI: from EXEC
+/// on it hears of the keys it reads, as on Redis. `reads_inside`: the
+/// read is queued in the same transaction (Redis tracks it from EXEC,
+/// which sidecache cannot follow there: its message comes right after
+/// EXEC's reply, never before it). Returns EXEC's reply with what came
+/// with it, and what came once another client changed the key.
+async fn tracking_from_exec(addr: &str, writer: &str, reads_inside: bool) -> (String, String) {
+    let mut t = TcpStream::connect(addr).await.unwrap();
+    let mut w = TcpStream::connect(writer).await.unwrap();
+    pipeline(&mut t, &["HELLO 3", "SET tk 1"], 2).await;
+    let exec = if reads_inside {
+        pipeline(
+            &mut t,
+            &["MULTI", "CLIENT TRACKING on", "GET tk", "EXEC"],
+            4,
+        )
+        .await
+    } else {
+        let mut out = pipeline(&mut t, &["MULTI", "CLIENT TRACKING on", "EXEC"], 3).await;
+        out.push_str(&pipeline(&mut t, &["GET tk"], 1).await);
+        out
+    };
+    let exec = exec + &support::arrived(&mut t, Duration::from_millis(300)).await;
+    pipeline(&mut w, &["SET tk 2"], 1).await;
+    let after = support::arrived(&mut t, Duration::from_millis(300)).await;
+    (exec, after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_turned_on_inside_multi_reports_changes() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), &[]).await;
+    let push = ">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\ntk\r\n";
+    let replies = "+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n$1\r\n1\r\n";
+    let direct = tracking_from_exec(&redis.addr(), &redis.addr(), false).await;
+    assert_eq!(direct, (replies.to_owned(), push.to_owned()));
+    let through = tracking_from_exec(&proxy.addr.to_string(), &redis.addr(), false).await;
+    assert_eq!(through, direct, "through sidecache, then directly");
+
+    let replies = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$1\r\n1\r\n";
+    let direct = tracking_from_exec(&redis.addr(), &redis.addr(), true).await;
+    assert_eq!(direct, (replies.to_owned(), push.to_owned()));
+    // Told once, after EXEC's reply (at once, or when the key changes).
+    let (exec, after) = tracking_from_exec(&proxy.addr.to_string(), &redis.addr(), true).await;
+    assert!(exec.starts_with(replies), "{exec:?}");
+    assert_eq!(format!("{exec}{after}"), format!("{replies}{push}"));
+    proxy.stop().await;
+}

@@ -109,6 +109,7 @@ impl Client {
             };
             self.subs_mut();
             self.shared.tracked.enable(self.st.id, sink);
+            self.early.started();
             self.shared.upstream.filter_echoes();
         } else {
             self.shared.tracked.disable(self.st.id);

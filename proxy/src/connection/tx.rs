@@ -443,6 +443,21 @@ impl Client {
                     }
                 }
             }
+            let late = !self.st.tracking.on
+                && info.flags.readonly
+                && !info.writes_keys()
+                && self.tx.as_ref().is_some_and(|t| {
+                    t.deferred
+                        .iter()
+                        .any(|(_, d)| matches!(d, Deferred::Tracking(..)))
+                });
+            if late {
+                self.keys.clear();
+                if info.keys(&req.args, &mut self.keys).is_ok() {
+                    let keys: Vec<Bytes> = self.keys.iter().map(|&i| req.args[i].clone()).collect();
+                    self.tx_read_after_tracking(keys.into_iter());
+                }
+            }
             if let Some(inval) = self.write_invalidation(info, &req.args) {
                 if let Some(tx) = self.tx.as_mut() {
                     tx.wrote(&inval);

@@ -38,6 +38,12 @@ impl Early {
         self.opaque = false;
     }
 
+    /// Tracking went on while the batch ran: what it touched before was
+    /// not noted, so nothing goes early.
+    pub(in crate::connection) fn started(&mut self) {
+        self.opaque = true;
+    }
+
     /// Whether `d` may go before the batch's replies.
     fn before(&self, d: &Delivery) -> bool {
         match d {

@@ -37,6 +37,9 @@ const MONITOR_IN_EXEC: &str = "ERR MONITOR isn't allowed for DENY BLOCKING clien
 pub(in crate::connection) enum Deferred {
     /// One of [`Local`]'s, with its arguments.
     Local(Local, Vec<Bytes>),
+    /// CLIENT TRACKING, with its arguments, and the keys of the reads
+    /// queued after it (Redis tracks them if it turns tracking on).
+    Tracking(Vec<Bytes>, Vec<Bytes>),
     /// AUTH or HELLO: credentials checked and the session changed at EXEC;
     /// `switch`, the protocol the held connection was switched to in its
     /// place (a HELLO that changes it).
@@ -81,7 +84,32 @@ impl Client {
     /// queue-time error, as Redis), run at EXEC.
     pub(super) fn tx_defer(&mut self, cmd: Local, lname: &[u8], req: &Request) {
         let refusal = self.queue_refusal(lname, req);
-        self.tx_run_at_exec(refusal, Deferred::Local(cmd, req.args.clone()), None);
+        let tracking = cmd == Local::Client
+            && req
+                .args
+                .get(1)
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"tracking"));
+        let deferred = if tracking {
+            Deferred::Tracking(req.args.clone(), Vec::new())
+        } else {
+            Deferred::Local(cmd, req.args.clone())
+        };
+        self.tx_run_at_exec(refusal, deferred, None);
+    }
+
+    /// A read queued inside MULTI after a CLIENT TRACKING (of a client
+    /// not tracking yet): its keys, to be told of if tracking is on at
+    /// EXEC.
+    pub(super) fn tx_read_after_tracking(&mut self, keys: impl Iterator<Item = Bytes>) {
+        let Some(tx) = self.tx.as_mut() else { return };
+        if let Some((_, Deferred::Tracking(_, reads))) = tx
+            .deferred
+            .iter_mut()
+            .rev()
+            .find(|(_, d)| matches!(d, Deferred::Tracking(..)))
+        {
+            reads.extend(keys);
+        }
     }
 
     /// MONITOR inside MULTI: queued, and refused at EXEC as Redis refuses
@@ -233,16 +261,25 @@ impl Client {
         let mut client_proto: Vec<(usize, Proto)> = Vec::new();
         let mut wire_proto: Vec<(usize, Proto)> = Vec::new();
         let (mut tracking, mut login) = (false, false);
+        let mut late_reads: &[Bytes] = &[];
         let before = self.st.proto;
         for (at, cmd) in deferred {
             let mut out = BytesMut::new();
             match cmd {
                 Deferred::Local(cmd, args) => {
                     answer::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
-                    tracking |= *cmd == Local::Client
-                        && args
-                            .get(1)
-                            .is_some_and(|a| a.eq_ignore_ascii_case(b"tracking"));
+                }
+                Deferred::Tracking(args, reads) => {
+                    answer::run(
+                        Local::Client,
+                        args,
+                        &mut self.st,
+                        &self.shared,
+                        &mut out,
+                        None,
+                    );
+                    tracking = true;
+                    late_reads = reads;
                 }
                 // The upstream's own user: Redis checks it, outside the
                 // block (Valkey 8.0 leaves a refused AUTH's reply out of
@@ -314,6 +351,16 @@ impl Client {
         }
         if tracking {
             self.tracking_changed();
+            // Reads that ran after tracking went on, on a connection Redis
+            // does not follow for sidecache: told of after EXEC's reply,
+            // as any read sidecache does not follow.
+            if self.st.tracking.tracks_reads_with(None) && !self.st.tracking.bcast {
+                let db = self.st.db;
+                for key in late_reads {
+                    self.shared.tracked.register(self.st.id, key);
+                    self.tracked_reads.push((db, key.clone(), false));
+                }
+            }
         }
         if login {
             self.user_changed();
