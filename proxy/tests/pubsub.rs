@@ -596,7 +596,8 @@ async fn unsubscribe_inside_multi_is_redis_own() {
 
 /// SUBSCRIBE and PSUBSCRIBE inside MULTI: queued, then run at EXEC with
 /// their replies in EXEC's array, the client in pub/sub from then on (a
-/// RESP2 PING after them in the block answered as a subscriber's);
+/// RESP2 PING after them in the block answered as a subscriber's, with
+/// its message, until an UNSUBSCRIBE of the block ends it);
 /// SSUBSCRIBE refused at EXEC (a transaction's client may not block); a
 /// SUBSCRIBE without a channel refused at queue time (EXECABORT). In RESP2
 /// and RESP3, byte for byte what the server sends.
@@ -604,7 +605,7 @@ async fn unsubscribe_inside_multi_is_redis_own() {
 async fn subscribe_inside_multi_is_redis_own() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &[
                 "MULTI",
@@ -633,6 +634,19 @@ async fn subscribe_inside_multi_is_redis_own() {
             "+OK",
         ),
         (&["MULTI", "SUBSCRIBE", "EXEC"], "+OK"),
+        (
+            &[
+                "MULTI",
+                "PING a",
+                "SUBSCRIBE a",
+                "PING",
+                "PING hi",
+                "UNSUBSCRIBE",
+                "PING x",
+                "EXEC",
+            ],
+            "+OK",
+        ),
     ];
     for (lines, from) in cases {
         let direct = session(&redis.addr().to_string(), lines, from).await;

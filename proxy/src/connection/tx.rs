@@ -228,6 +228,9 @@ impl Client {
                     });
                 }
                 Local::Ping | Local::Echo if self.tx.is_some() => {
+                    if cmd == Local::Ping {
+                        self.tx_ping();
+                    }
                     self.tx_push(lname, req);
                     return Some(Flow::Continue);
                 }

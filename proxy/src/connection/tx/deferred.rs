@@ -50,6 +50,9 @@ pub(in crate::connection) enum Deferred {
     },
     /// A command Redis refuses at EXEC with this error (MONITOR).
     Refused(&'static str),
+    /// A PING queued upstream after a SUBSCRIBE of the block: its reply
+    /// becomes a RESP2 subscriber's if the client is one by then.
+    Ping,
     /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
     /// sidecache's.
     Unsubscribe(Kind, Vec<Bytes>),
@@ -168,6 +171,21 @@ impl Client {
                 e.write_reply(&mut b);
                 b.freeze()
             }
+        }
+    }
+
+    /// A PING inside MULTI, queued upstream as it is: after a SUBSCRIBE
+    /// of the block, a RESP2 client's gets a subscriber's reply at EXEC
+    /// if it is one by then.
+    pub(super) fn tx_ping(&mut self) {
+        if self.st.proto != Proto::Resp2 {
+            return;
+        }
+        let Some(tx) = self.tx.as_mut() else { return };
+        let subscribes =
+            |d: &Deferred| matches!(d, Deferred::Subscribe(Kind::Channel | Kind::Pattern, _));
+        if tx.deferred.iter().any(|(_, d)| subscribes(d)) {
+            tx.deferred.push((tx.queued, Deferred::Ping));
         }
     }
 
@@ -301,6 +319,23 @@ impl Client {
                     }
                     (tracking, login) = (true, true);
                 }
+                // Redis answers a RESP2 subscriber's PING as a message:
+                // `pong` and its argument (empty without one).
+                Deferred::Ping => {
+                    let Some(item) = items.get(*at) else { continue };
+                    if self.st.proto == Proto::Resp2 && self.in_pubsub() {
+                        match item.first() {
+                            Some(b'+') => out.extend_from_slice(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"),
+                            Some(b'$') => {
+                                out.extend_from_slice(b"*2\r\n$4\r\npong\r\n");
+                                out.extend_from_slice(item);
+                            }
+                            _ => out.extend_from_slice(item),
+                        }
+                    } else {
+                        out.extend_from_slice(item);
+                    }
+                }
                 Deferred::Refused(msg) => {
                     sidecache_resp::encode::Reply {
                         out: &mut out,
@@ -332,21 +367,6 @@ impl Client {
             }
             if let Some(item) = items.get_mut(*at) {
                 *item = out.freeze();
-            }
-        }
-        // A RESP2 client subscribed by the transaction is in pub/sub from
-        // that command on: Redis answers its PINGs after it as a
-        // subscriber's (`pong` and an empty message).
-        let subscribed_at = deferred
-            .iter()
-            .filter(|(_, d)| matches!(d, Deferred::Subscribe(Kind::Channel | Kind::Pattern, _)))
-            .map(|(at, _)| *at)
-            .min();
-        if let Some(from) = subscribed_at.filter(|_| self.st.proto == Proto::Resp2) {
-            for item in items.iter_mut().skip(from + 1) {
-                if &item[..] == b"+PONG\r\n" {
-                    *item = Bytes::from_static(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
-                }
             }
         }
         if tracking {
