@@ -498,3 +498,85 @@ async fn other_writers_random_cluster() {
     let direct = cluster.nodes.iter().map(|n| n.addr()).collect();
     other_writers_random(&cluster.seed_url(), direct, true).await;
 }
+
+/// Reads the L1 does not cache whose RESP2 reply sidecache shows from a
+/// fill lane's RESP3 one (`cmd::reads::resp2_shape`), and some it sends
+/// its usual way, on `seed`'s keys and on missing ones.
+const TRACKED_RESP2: &[&str] = &[
+    "GETBIT k 1",
+    "BITCOUNT k",
+    "BITPOS k 1",
+    "BITFIELD_RO k GET u8 0",
+    "LPOS l b",
+    "LPOS l zz",
+    "LPOS l a COUNT 0",
+    "TTL k",
+    "PTTL nokey",
+    "EXPIRETIME k",
+    "PEXPIRETIME k",
+    "XLEN x",
+    "XRANGE x - +",
+    "XREVRANGE x + - COUNT 1",
+    "SINTERCARD 1 s",
+    "ZINTERCARD 1 z",
+    "SRANDMEMBER nokey",
+    "SRANDMEMBER nokey 2",
+    "OBJECT ENCODING h",
+    "OBJECT ENCODING nokey",
+    "GEOHASH g pal nomember",
+    "GEOPOS g pal nomember",
+    "LCS k k",
+    "SORT_RO l ALPHA",
+    "DUMP nokey",
+    "ZRANK z b",
+    "ZRANDMEMBER nokey 2 WITHSCORES",
+    "HRANDFIELD nokey 2 WITHVALUES",
+    "GETBIT h 1",
+    "XRANGE k - +",
+];
+
+/// A RESP2 tracking client's reads (default mode, its messages
+/// REDIRECTed): every reply is Redis's own, byte for byte, also for reads
+/// that go to a RESP3 fill lane so that Redis follows their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resp2_tracking_clients_reads_are_redis_own() {
+    let redis = RedisServer::start(&[]);
+    let upstream = RedisServer::start(&[]);
+    let proxy = Proxy::start(&upstream.url(), &[]).await;
+    let mut outs = Vec::new();
+    for (addr, seeded) in [
+        (redis.addr(), redis.addr()),
+        (proxy.addr.to_string(), upstream.addr()),
+    ] {
+        let mut d = TcpStream::connect(&seeded).await.unwrap();
+        seed(&mut d).await;
+        for c in [
+            "XADD x 1-0 f v",
+            "XADD x 2-0 g w",
+            "GEOADD g 13.361389 38.115556 pal",
+        ] {
+            one(&mut d, c).await;
+        }
+        let mut r = connect(&addr, 2).await;
+        let id = String::from_utf8(one(&mut r, "CLIENT ID").await).unwrap();
+        one(&mut r, "SUBSCRIBE __redis__:invalidate").await;
+        let mut t = connect(&addr, 2).await;
+        let on = format!(
+            "CLIENT TRACKING ON REDIRECT {}",
+            id.trim_matches([':', '\r', '\n'])
+        );
+        assert_eq!(one(&mut t, &on).await, b"+OK\r\n");
+        let mut got = Vec::new();
+        for line in TRACKED_RESP2 {
+            got.push((
+                *line,
+                String::from_utf8_lossy(&one(&mut t, line).await).into_owned(),
+            ));
+        }
+        outs.push(got);
+    }
+    for (d, p) in outs[0].iter().zip(&outs[1]) {
+        assert_eq!(p, d, "through sidecache, then directly");
+    }
+    proxy.stop().await;
+}

@@ -234,19 +234,31 @@ async fn a_read_sidecache_does_not_follow_is_invalidated_at_once() {
     let proxy = Proxy::start(&redis.url(), &["--l1-max-bytes", "0"]).await;
     let mut w = TcpStream::connect(redis.addr()).await.unwrap();
     one(&mut w, "SET k v").await;
-    // A RESP2 client, its messages REDIRECTed to a subscriber: its read
-    // goes its usual way, which Redis does not follow for sidecache.
+    // A RESP2 client, its messages REDIRECTed to a subscriber. A read
+    // whose RESP2 reply sidecache can show from RESP3 goes to a fill lane,
+    // which Redis follows: no message until the key changes, as from
+    // Redis. One it cannot (GEOPOS: a nil array in RESP2) goes its usual
+    // way, which Redis does not follow for sidecache: told at once.
     let mut r = TcpStream::connect(proxy.addr).await.unwrap();
     let id = one(&mut r, "CLIENT ID").await;
     let id = id.trim_start_matches(':').trim_end().to_owned();
     one(&mut r, "SUBSCRIBE __redis__:invalidate").await;
     let mut t = TcpStream::connect(proxy.addr).await.unwrap();
     one(&mut t, &format!("CLIENT TRACKING ON REDIRECT {id}")).await;
+    let message = |key: &str| {
+        format!(
+            "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n${}\r\n{key}\r\n",
+            key.len()
+        )
+    };
     assert_eq!(one(&mut t, "GET k").await, "$1\r\nv\r\n");
-    assert_eq!(
-        arrived(&mut r, WAIT).await,
-        "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\nk\r\n"
-    );
+    assert_eq!(one(&mut t, "STRLEN k").await, ":1\r\n");
+    assert_eq!(arrived(&mut r, WAIT).await, "");
+    one(&mut w, "SET k v2").await;
+    assert_eq!(arrived(&mut r, WAIT).await, message("k"));
+    one(&mut w, "SET k v").await;
+    assert_eq!(one(&mut t, "GEOPOS g m").await, "*1\r\n*-1\r\n");
+    assert_eq!(arrived(&mut r, WAIT).await, message("g"));
     // A RESP3 client's read goes to a fill lane, which Redis follows
     // (the L1 off or not): no message until the key changes.
     let mut t3 = TcpStream::connect(proxy.addr).await.unwrap();

@@ -101,6 +101,49 @@ pub const READS: &[(&str, ReadRule)] = &[
     ("lindex", rule(Shape::Plain)),
 ];
 
+/// Reads the L1 does not cache whose RESP3 reply shows in RESP2 as Redis
+/// shows it there without knowing the command (integers, strings and
+/// arrays of them, nils of strings): a RESP2 tracking client's read of one
+/// may take a RESP3 fill lane. Left out: replies with pairs (`HRANDFIELD
+/// … WITHVALUES`, `ZRANDMEMBER … WITHSCORES`), a nil array in RESP2
+/// (`GEOPOS`, `ZRANK … WITHSCORE`), or maps shown otherwise (`XREAD`).
+const PLAIN_READS: &[&str] = &[
+    "bitcount",
+    "bitfield_ro",
+    "bitpos",
+    "dump",
+    "expiretime",
+    "geohash",
+    "getbit",
+    "lcs",
+    "lpos",
+    "object|encoding",
+    "object|freq",
+    "object|idletime",
+    "object|refcount",
+    "pexpiretime",
+    "pttl",
+    "sintercard",
+    "sort_ro",
+    "srandmember",
+    "ttl",
+    "xlen",
+    "xrange",
+    "xrevrange",
+    "zintercard",
+];
+
+/// The shape of a read's reply (`name`, lower-case, as the command table
+/// names it), when sidecache can show its RESP3 reply in RESP2 exactly as
+/// Redis would: a cacheable read, GET, MGET, or one of [`PLAIN_READS`].
+pub fn resp2_shape(name: &str, args: &[Bytes]) -> Option<Shape> {
+    match name {
+        "get" | "mget" | "exists" => Some(Shape::Plain),
+        _ if PLAIN_READS.contains(&name) => Some(Shape::Plain),
+        _ => rule_for(name).and_then(|r| r.shape(args)),
+    }
+}
+
 /// The rule of a cacheable read.
 pub fn rule_for(name: &str) -> Option<ReadRule> {
     READS.iter().find(|(n, _)| *n == name).map(|&(_, r)| r)
@@ -197,6 +240,29 @@ mod tests {
         ));
         assert!(matches(&signature(1, &args("X k")), 1, &args("X k")));
         assert!(!matches(b"", 1, &args("X k")));
+    }
+
+    #[test]
+    fn resp2_shapes_are_known_or_refused() {
+        assert_eq!(
+            resp2_shape("getbit", &args("GETBIT k 1")),
+            Some(Shape::Plain)
+        );
+        assert_eq!(
+            resp2_shape("exists", &args("EXISTS k j")),
+            Some(Shape::Plain)
+        );
+        assert_eq!(resp2_shape("hgetall", &args("HGETALL h")), Some(Shape::Map));
+        assert_eq!(
+            resp2_shape("zrange", &args("ZRANGE z 0 -1 WITHSCORES")),
+            Some(Shape::Scored)
+        );
+        assert_eq!(resp2_shape("geopos", &args("GEOPOS g m")), None);
+        assert_eq!(
+            resp2_shape("zrandmember", &args("ZRANDMEMBER z 2 WITHSCORES")),
+            None
+        );
+        assert_eq!(resp2_shape("xread", &args("XREAD STREAMS s 0")), None);
     }
 
     #[test]

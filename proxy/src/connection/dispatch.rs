@@ -176,7 +176,8 @@ impl Client {
             Handling::Split(Merge::AllOk) if cluster && args.len().is_multiple_of(2) => {
                 self.local_reply(|r| answer::arity_error(r, "mset"));
             }
-            _ if self.fill_route == tracked::FillRoute::Read && self.read_on_fill_lane(req) => {}
+            _ if matches!(self.fill_route, tracked::FillRoute::Read(_))
+                && self.read_on_fill_lane(req) => {}
             _ if std::mem::take(&mut self.fill_route) == tracked::FillRoute::Script => {
                 let alone = self.script_on_fill_lane(req, inval).await;
                 // Nothing after it overtakes it on another connection.

@@ -10,6 +10,7 @@ use sidecache_resp::shape::{self, Shape};
 use smallvec::SmallVec;
 
 use super::{Client, Inval, Pending};
+use crate::cmd::table::CommandInfo;
 use crate::state::Shared;
 use crate::tracking::Sink;
 
@@ -28,8 +29,9 @@ pub(super) enum FillRoute {
     /// A read the L1 does not serve, to a fill lane: Redis follows its
     /// keys for sidecache, so the client keeps what it read until it
     /// changes, and Redis's messages (an eviction's) come in order with
-    /// its reply ([`Client::read_on_fill_lane`]).
-    Read,
+    /// its reply ([`Client::read_on_fill_lane`]); the shape of its reply,
+    /// which the lane gives in RESP3.
+    Read(Shape),
 }
 
 /// Commands that run a script or a function with declared keys.
@@ -91,6 +93,9 @@ pub(super) struct LaneRead {
     keys: SmallVec<[Bytes; 2]>,
     /// What its writes may have changed, applied at its reply.
     inval: Option<Inval>,
+    /// Its reply's shape, to show the lane's RESP3 reply in the client's
+    /// protocol.
+    shape: Shape,
 }
 
 impl Client {
@@ -201,8 +206,8 @@ impl Client {
             if self.optin && !in_tx && self.st.user.is_none() {
                 self.fill_route = FillRoute::Script;
             }
-        } else if self.reads_on_fill_lane(in_tx, &req.args) {
-            self.fill_route = FillRoute::Read;
+        } else if let Some(shape) = self.reads_on_fill_lane(in_tx, info, &req.args) {
+            self.fill_route = FillRoute::Read(shape);
         }
         let bcast = self.st.tracking.bcast;
         if bcast && !self.keys.is_empty() {
@@ -270,26 +275,30 @@ impl Client {
             self.push_inval(inval);
             return false;
         }
-        self.lane_read(node, slot, req, first, keys, inval);
+        self.lane_read(node, slot, req, first, keys, inval, Shape::Plain);
         true
     }
 
     /// Whether a tracking client's read, not a script, goes to a fill lane
-    /// ([`FillRoute::Read`]): under optin, for a default-mode RESP3 client
-    /// of the upstream's own user (the lane answers in RESP3, as the
-    /// client, so its reply goes verbatim), outside a transaction, when
-    /// its keys share one lane.
-    fn reads_on_fill_lane(&self, in_tx: bool, args: &[Bytes]) -> bool {
-        let Some(&first) = self.keys.first() else {
-            return false;
-        };
+    /// ([`FillRoute::Read`]), and the shape of its reply: under optin, for
+    /// a default-mode client of the upstream's own user, outside a
+    /// transaction, when its keys share one lane. The lane answers in
+    /// RESP3: a RESP3 client's reply goes verbatim, a RESP2 client's read
+    /// only when its RESP2 reply is known exactly
+    /// ([`crate::cmd::reads::resp2_shape`]).
+    fn reads_on_fill_lane(&self, in_tx: bool, info: &CommandInfo, args: &[Bytes]) -> Option<Shape> {
+        let &first = self.keys.first()?;
         let lane = |i: usize| super::cache::fill_lane(&args[i], self.fill_lanes);
-        self.optin
+        let taken = self.optin
             && !in_tx
             && self.st.user.is_none()
-            && self.st.proto == Proto::Resp3
             && !self.st.tracking.bcast
-            && self.keys.iter().all(|&i| lane(i) == lane(first))
+            && self.keys.iter().all(|&i| lane(i) == lane(first));
+        match self.st.proto {
+            _ if !taken => None,
+            Proto::Resp3 => Some(Shape::Plain),
+            Proto::Resp2 => crate::cmd::reads::resp2_shape(&info.name, args),
+        }
     }
 
     /// A read of [`FillRoute::Read`], on the fill lane of its first key
@@ -298,7 +307,9 @@ impl Client {
     /// connection). Its keys are then followed, and its reply is read as a
     /// script's ([`Client::reply_lane_read`]: a redirected one is not).
     pub(super) fn read_on_fill_lane(&mut self, req: &Request) -> bool {
-        self.fill_route = FillRoute::No;
+        let FillRoute::Read(shape) = std::mem::take(&mut self.fill_route) else {
+            return false;
+        };
         let args = &req.args;
         let Some(&first) = self.keys.first() else {
             return false;
@@ -310,7 +321,7 @@ impl Client {
             return false;
         }
         let keys: SmallVec<[Bytes; 2]> = self.keys.iter().map(|&i| args[i].clone()).collect();
-        self.lane_read(node, slot, req, first, keys, None);
+        self.lane_read(node, slot, req, first, keys, None, shape);
         true
     }
 
@@ -325,6 +336,7 @@ impl Client {
         first: usize,
         keys: SmallVec<[Bytes; 2]>,
         inval: Option<Inval>,
+        shape: Shape,
     ) {
         let (lane, idx) = self.enqueue_on_fill_lane(node, &req.args[first], &req.raw, 1);
         let db = self.st.db;
@@ -339,6 +351,7 @@ impl Client {
             db,
             keys,
             inval,
+            shape,
         })));
     }
 
@@ -387,7 +400,7 @@ impl Client {
         }
         let failed = match got {
             Ok((f, from)) => {
-                if shape::convert(&f, Shape::Plain, from, self.st.proto, &mut self.wbuf).is_err() {
+                if shape::convert(&f, sf.shape, from, self.st.proto, &mut self.wbuf).is_err() {
                     self.wbuf.put_slice(&f);
                 }
                 false
