@@ -275,7 +275,7 @@ impl Client {
             self.push_inval(inval);
             return false;
         }
-        self.lane_read(node, slot, req, first, keys, inval, Shape::Plain);
+        self.lane_read(node, slot, req, keys, inval, Shape::Plain);
         true
     }
 
@@ -321,24 +321,25 @@ impl Client {
             return false;
         }
         let keys: SmallVec<[Bytes; 2]> = self.keys.iter().map(|&i| args[i].clone()).collect();
-        self.lane_read(node, slot, req, first, keys, None, shape);
+        self.lane_read(node, slot, req, keys, None, shape);
         true
     }
 
-    /// `req` on the fill lane of its key `args[first]` on `node`: Redis
-    /// follows `keys` for sidecache from its reply on
-    /// ([`Client::reply_lane_read`]); `inval`, what it may have written.
+    /// `req` on the fill lane of its first key, `keys[0]`, on `node`:
+    /// Redis follows `keys` for sidecache from its reply on
+    /// ([`Client::reply_lane_read`], which shows it as `shape`); `inval`,
+    /// what it may have written.
     fn lane_read(
         &mut self,
         node: usize,
         slot: Option<Slot>,
         req: &Request,
-        first: usize,
         keys: SmallVec<[Bytes; 2]>,
         inval: Option<Inval>,
         shape: Shape,
     ) {
-        let (lane, idx) = self.enqueue_on_fill_lane(node, &req.args[first], &req.raw, 1);
+        let Some(first) = keys.first() else { return };
+        let (lane, idx) = self.enqueue_on_fill_lane(node, first, &req.raw, 1);
         let db = self.st.db;
         for k in &keys {
             self.fill_reads.push((db, k.clone()));
