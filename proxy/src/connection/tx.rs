@@ -48,7 +48,6 @@ mod deferred;
 mod run;
 use crate::answer::{self, Local, Outcome};
 use crate::pubsub::Kind;
-use deferred::Deferred;
 
 /// The reply Redis gives EXEC after a queue-time error.
 const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -132,6 +131,35 @@ impl TxBlock {
             Inval::Keys(keys) => self.reread.retain(|(k, _)| !keys.contains(k)),
         }
     }
+}
+
+/// A command inside MULTI that sidecache answers itself, at EXEC.
+#[derive(Debug)]
+pub(super) enum Deferred {
+    /// One of [`Local`]'s, with its arguments.
+    Local(Local, Vec<Bytes>),
+    /// CLIENT TRACKING, with its arguments, and the keys of the reads
+    /// queued after it (Redis tracks them if it turns tracking on).
+    Tracking(Vec<Bytes>, Vec<Bytes>),
+    /// AUTH or HELLO: credentials checked and the session changed at EXEC;
+    /// `switch`, the protocol the held connection was switched to in its
+    /// place (a HELLO that changes it).
+    Login {
+        cmd: Local,
+        args: Vec<Bytes>,
+        switch: Option<sidecache_pool::Proto>,
+    },
+    /// A command Redis refuses at EXEC with this error (MONITOR).
+    Refused(&'static str),
+    /// A PING queued upstream after a SUBSCRIBE of the block: its reply
+    /// becomes a RESP2 subscriber's if the client is one by then.
+    Ping,
+    /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
+    /// sidecache's.
+    Unsubscribe(Kind, Vec<Bytes>),
+    /// SUBSCRIBE or PSUBSCRIBE (SSUBSCRIBE: refused at EXEC, as Redis
+    /// refuses it there), with its arguments.
+    Subscribe(Kind, Vec<Bytes>),
 }
 
 /// The client's held connection: from WATCH (or a MULTI spanning batches)

@@ -22,7 +22,7 @@ use sidecache_resp::frame;
 use sidecache_resp::request::Request;
 use sidecache_resp::shape::{self, Shape};
 
-use super::End;
+use super::{Deferred, End};
 use crate::answer::{self, Local};
 use crate::connection::Client;
 use crate::pubsub::Kind;
@@ -31,35 +31,6 @@ use sidecache_pool::Proto;
 /// What Redis answers MONITOR with at EXEC: a transaction's commands may
 /// not block.
 const MONITOR_IN_EXEC: &str = "ERR MONITOR isn't allowed for DENY BLOCKING client";
-
-/// A command inside MULTI that sidecache answers itself, at EXEC.
-#[derive(Debug)]
-pub(in crate::connection) enum Deferred {
-    /// One of [`Local`]'s, with its arguments.
-    Local(Local, Vec<Bytes>),
-    /// CLIENT TRACKING, with its arguments, and the keys of the reads
-    /// queued after it (Redis tracks them if it turns tracking on).
-    Tracking(Vec<Bytes>, Vec<Bytes>),
-    /// AUTH or HELLO: credentials checked and the session changed at EXEC;
-    /// `switch`, the protocol the held connection was switched to in its
-    /// place (a HELLO that changes it).
-    Login {
-        cmd: Local,
-        args: Vec<Bytes>,
-        switch: Option<Proto>,
-    },
-    /// A command Redis refuses at EXEC with this error (MONITOR).
-    Refused(&'static str),
-    /// A PING queued upstream after a SUBSCRIBE of the block: its reply
-    /// becomes a RESP2 subscriber's if the client is one by then.
-    Ping,
-    /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
-    /// sidecache's.
-    Unsubscribe(Kind, Vec<Bytes>),
-    /// SUBSCRIBE or PSUBSCRIBE (SSUBSCRIBE: refused at EXEC, as Redis
-    /// refuses it there), with its arguments.
-    Subscribe(Kind, Vec<Bytes>),
-}
 
 impl Client {
     /// Redis's queue-time refusal of `req` (wrong arity, a container
