@@ -80,6 +80,29 @@ pub fn arity_error(r: &mut Reply<'_>, name: &str) {
     ));
 }
 
+/// Whether `args` are a CLIENT KILL.
+pub fn is_kill(args: &[Bytes]) -> bool {
+    args.get(1).is_some_and(|s| s.eq_ignore_ascii_case(b"kill"))
+}
+
+/// CLIENT KILL, its `USER` filters also matching `upstream_users` (users
+/// the upstream said it has; see [`kill::named_users`]).
+pub fn client_kill(
+    args: &[Bytes],
+    st: &ClientState,
+    shared: &Shared,
+    out: &mut BytesMut,
+    upstream_users: &[Bytes],
+) -> Outcome {
+    let mut r = Reply {
+        out,
+        proto: st.proto,
+    };
+    kill::kill(args, st, shared, &mut r, upstream_users)
+}
+
+pub use kill::named_users;
+
 /// Runs a local command, writing its reply to `out`.
 pub fn run(
     cmd: Local,
@@ -110,8 +133,8 @@ pub fn run(
         Local::Select => select(args, st, shared, &mut r),
         Local::Auth => auth(args, st, shared, &mut r, verified),
         Local::Hello => hello(args, st, shared, out, verified),
-        Local::Client if args.get(1).is_some_and(|s| s.eq_ignore_ascii_case(b"kill")) => {
-            return kill::kill(args, st, shared, &mut r);
+        Local::Client if is_kill(args) => {
+            return kill::kill(args, st, shared, &mut r, &[]);
         }
         Local::Client => client(args, st, shared, &mut r),
         Local::Reset => {

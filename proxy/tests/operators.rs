@@ -35,15 +35,22 @@ async fn me(s: &mut TcpStream) -> (u64, String) {
     (field("id=").parse().unwrap(), field("addr="))
 }
 
-/// Redis's replies to CLIENT KILL's bad forms, through sidecache as from
-/// Redis itself.
+/// Redis's replies to CLIENT KILL's bad forms and to a user with no
+/// client, through sidecache as from Redis itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_kill_errors_are_redis_own() {
     let redis = RedisServer::start(&[]);
     let proxy = Proxy::start(&redis.url(), &[]).await;
     let mut direct = TcpStream::connect(redis.addr()).await.unwrap();
     let mut through = TcpStream::connect(proxy.addr).await.unwrap();
+    // A user the server has, with no client: 0 killed, not `No such user`.
+    assert_eq!(call(&mut direct, "ACL SETUSER somebody on").await, "+OK\r\n");
     for line in [
+        "CLIENT KILL USER somebody",
+        "MULTI",
+        "CLIENT KILL USER somebody",
+        "CLIENT KILL USER nobody-here",
+        "EXEC",
         "CLIENT KILL",
         "CLIENT KILL ID",
         "CLIENT KILL ID 0",

@@ -10,10 +10,11 @@
 //! closing releases what it held (a subscription, a transaction's or
 //! WATCH's connection). Redis's own replication clients are not
 //! sidecache's: `TYPE master` and `TYPE replica` match none. A `USER` is
-//! known when it is `default` or some client of this sidecache
-//! authenticated as it; any other answers `No such user`, as Redis does
-//! for a user it lacks (an upstream user with no client here would count
-//! 0 on Redis).
+//! known when it is `default`, some client of this sidecache
+//! authenticated as it, or the upstream has it (`upstream_users`, which
+//! the connection asks the upstream for with `ACL GETUSER`: see
+//! [`named_users`]); any other answers `No such user`, as Redis does for
+//! a user it lacks.
 
 use bytes::Bytes;
 use sidecache_resp::encode::Reply;
@@ -84,6 +85,7 @@ pub(super) fn kill(
     st: &ClientState,
     shared: &Shared,
     r: &mut Reply<'_>,
+    upstream_users: &[Bytes],
 ) -> Outcome {
     let argc = args.len();
     if argc < 3 {
@@ -98,7 +100,7 @@ pub(super) fn kill(
             ..Filter::default()
         }
     } else if dialect.many_ids || argc.is_multiple_of(2) {
-        match parse(&args[2..], shared, dialect) {
+        match parse(&args[2..], shared, dialect, upstream_users) {
             Ok(f) => f,
             Err(e) => {
                 r.error(&e);
@@ -135,8 +137,29 @@ pub(super) fn kill(
     }
 }
 
+/// Whether a client of this sidecache authenticated as `user`.
+fn local_user(shared: &Shared, user: &str) -> bool {
+    shared.with_clients(|c| c.values().any(|e| e.user.as_deref() == Some(user)))
+}
+
+/// The users a CLIENT KILL's `USER` filters name that only the upstream
+/// can say it has: not `default`, with no client of this sidecache.
+pub fn named_users(args: &[Bytes], shared: &Shared) -> Vec<Bytes> {
+    args.windows(2)
+        .skip(2)
+        .filter(|w| w[0].eq_ignore_ascii_case(b"user"))
+        .map(|w| w[1].clone())
+        .filter(|u| &u[..] != b"default" && !local_user(shared, &String::from_utf8_lossy(u)))
+        .collect()
+}
+
 /// The new form's filters, with the upstream's errors.
-fn parse(args: &[Bytes], shared: &Shared, dialect: Dialect) -> Result<Filter, String> {
+fn parse(
+    args: &[Bytes],
+    shared: &Shared,
+    dialect: Dialect,
+    upstream_users: &[Bytes],
+) -> Result<Filter, String> {
     let syntax = || "ERR syntax error".to_owned();
     let mut f = Filter {
         skip_me: true,
@@ -180,9 +203,8 @@ fn parse(args: &[Bytes], shared: &Shared, dialect: Dialect) -> Result<Filter, St
             b"user" => {
                 let user = text();
                 let known = user == "default"
-                    || shared.with_clients(|c| {
-                        c.values().any(|e| e.user.as_deref() == Some(user.as_str()))
-                    });
+                    || local_user(shared, &user)
+                    || upstream_users.iter().any(|u| u == v);
                 if !known {
                     return Err(format!("ERR No such user '{user}'"));
                 }

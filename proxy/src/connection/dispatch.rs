@@ -70,6 +70,18 @@ impl Client {
             self.client_unblock(args).await;
             return Flow::Continue;
         }
+        if cmd == Local::Client && answer::is_kill(args) {
+            let node = self.topo.nodes().first().cloned();
+            let users = upstream_users(node, answer::named_users(args, &self.shared)).await;
+            let start = self.scratch.len();
+            let outcome =
+                answer::client_kill(args, &self.st, &self.shared, &mut self.scratch, &users);
+            self.pending.push(Pending::Local(start..self.scratch.len()));
+            return match outcome {
+                Outcome::Continue => Flow::Continue,
+                Outcome::Close => Flow::Close,
+            };
+        }
         if cmd == Local::Auth && self.auth_as_own_user(args) {
             self.forward(0, None, &encoded(args));
             return Flow::Continue;
@@ -392,6 +404,31 @@ pub(super) async fn verify_credentials(
         Ok(login) => answer::Verified::Accepted(login),
         Err(e) => answer::Verified::Refused(e),
     })
+}
+
+/// Of `names` (users a CLIENT KILL names), those the upstream has: asked
+/// with `ACL GETUSER` on `node`'s control connection (the `--upstream`
+/// user's). None when it cannot say (no node, an error such as
+/// `-NOPERM`): such a user then gets `No such user`, as before.
+pub(super) async fn upstream_users(
+    node: Option<std::sync::Arc<sidecache_pool::Node>>,
+    names: Vec<Bytes>,
+) -> Vec<Bytes> {
+    let Some(node) = node else {
+        return Vec::new();
+    };
+    let mut known = Vec::new();
+    for name in names {
+        let mut cmd = BytesMut::new();
+        encode::encode_command(&mut cmd, &[b"ACL".as_slice(), b"GETUSER", &name]);
+        // A user is a map (RESP3) or an array (RESP2); no user is a nil.
+        if let Ok(f) = node.control_call(cmd.freeze()).await {
+            if (f.starts_with(b"*") && !f.starts_with(b"*-1")) || f.starts_with(b"%") {
+                known.push(name);
+            }
+        }
+    }
+    known
 }
 
 /// A command's arguments as RESP.

@@ -255,6 +255,12 @@ impl Client {
         for (at, cmd) in deferred {
             let mut out = BytesMut::new();
             match cmd {
+                Deferred::Local(Local::Client, args) if answer::is_kill(args) => {
+                    let node = self.topo.nodes().first().cloned();
+                    let names = answer::named_users(args, &self.shared);
+                    let users = super::super::dispatch::upstream_users(node, names).await;
+                    answer::client_kill(args, &self.st, &self.shared, &mut out, &users);
+                }
                 Deferred::Local(cmd, args) => {
                     answer::run(*cmd, args, &mut self.st, &self.shared, &mut out, None);
                 }
