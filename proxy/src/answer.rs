@@ -16,6 +16,7 @@ use crate::tracking::command as tracking;
 mod kill;
 mod sidecache;
 pub use crate::cmd::local::Local;
+pub use kill::named_users;
 
 /// Per-connection session state.
 #[derive(Debug)]
@@ -100,8 +101,6 @@ pub fn client_kill(
     };
     kill::kill(args, st, shared, &mut r, upstream_users)
 }
-
-pub use kill::named_users;
 
 /// Runs a local command, writing its reply to `out`.
 pub fn run(

@@ -44,7 +44,10 @@ async fn client_kill_errors_are_redis_own() {
     let mut direct = TcpStream::connect(redis.addr()).await.unwrap();
     let mut through = TcpStream::connect(proxy.addr).await.unwrap();
     // A user the server has, with no client: 0 killed, not `No such user`.
-    assert_eq!(call(&mut direct, "ACL SETUSER somebody on").await, "+OK\r\n");
+    assert_eq!(
+        call(&mut direct, "ACL SETUSER somebody on").await,
+        "+OK\r\n"
+    );
     for line in [
         "CLIENT KILL USER somebody",
         "MULTI",

@@ -342,14 +342,6 @@ impl Client {
 }
 
 impl Client {
-    /// An AUTH that Redis answers on a shared connection: sidecache has no
-    /// `--requirepass` of its own, the client is on the shared connections,
-    /// and the user named (`AUTH password`: `default`) is the one those
-    /// connections are. Redis's reply is the client's (a password set at
-    /// run time with `CONFIG SET requirepass`, `-ERR AUTH <password> called
-    /// without …`, `-WRONGPASS`), and the connection stays the user it was:
-    /// a successful AUTH as its own user changes nothing, a failed one
-    /// leaves it as it was.
     /// Whether an AUTH or HELLO leaves the client the user it is, as far
     /// as connections go: no credentials, the upstream's own user checked
     /// upstream, or sidecache's `--requirepass` checked here for a client
@@ -370,6 +362,14 @@ impl Client {
             )
     }
 
+    /// An AUTH that Redis answers on a shared connection: sidecache has no
+    /// `--requirepass` of its own, the client is on the shared connections,
+    /// and the user named (`AUTH password`: `default`) is the one those
+    /// connections are. Redis's reply is the client's (a password set at
+    /// run time with `CONFIG SET requirepass`, `-ERR AUTH <password> called
+    /// without …`, `-WRONGPASS`), and the connection stays the user it was:
+    /// a successful AUTH as its own user changes nothing, a failed one
+    /// leaves it as it was.
     pub(super) fn auth_as_own_user(&self, args: &[Bytes]) -> bool {
         let own = self.shared.upstream.auth().username().unwrap_or("default");
         let named = match args.len() {

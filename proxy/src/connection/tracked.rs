@@ -338,7 +338,12 @@ impl Client {
         inval: Option<Inval>,
         shape: Shape,
     ) {
-        let Some(first) = keys.first() else { return };
+        let Some(first) = keys.first() else {
+            // (Callers pass a key; without one, the usual way.)
+            self.forward(node, slot, &req.raw);
+            self.push_inval(inval);
+            return;
+        };
         let (lane, idx) = self.enqueue_on_fill_lane(node, first, &req.raw, 1);
         let db = self.st.db;
         for k in &keys {
