@@ -341,6 +341,25 @@ async fn cluster_transactions_follow_their_slot() {
         }
         assert_eq!(out, "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n", "{key}");
     }
+    // A MULTI sent alone (each command waiting for its reply, as
+    // redis-cli or Lettuce send it): held on the first master until a key
+    // binds it, then moved to the key's master, keyless commands before
+    // it included; logins inside it (a protocol switch on the held
+    // connection), as one Redis answers them.
+    let redis = RedisServer::start(&[]);
+    for tag in ["{u}", "{v}", "{x}"] {
+        let set = format!("SET {tag}k 1");
+        let get = format!("GET {tag}k");
+        let map = format!("HGETALL {tag}nope");
+        for script in [
+            &["MULTI", &set, "EXEC"][..],
+            &["MULTI", "PING", "SELECT 0", &set, &get, "EXEC", &get],
+            &["MULTI", "HELLO 3", &set, &map, "AUTH x", "EXEC", &map],
+        ] {
+            same_as_redis(&redis, &proxy, script, false).await;
+            same_as_redis(&redis, &proxy, script, true).await;
+        }
+    }
     proxy.stop().await;
 }
 

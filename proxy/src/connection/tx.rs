@@ -99,6 +99,11 @@ pub(super) struct TxBlock {
     /// A queued HELLO switches the protocol: the block runs on a held
     /// connection, switched in its place and closed after.
     switch: bool,
+    /// Cluster, a held connection, no slot bound yet: what was sent on it
+    /// (MULTI, keyless commands), and how many, sent again if a key then
+    /// binds the transaction to another master (`Client::held_send`).
+    sent: BytesMut,
+    sent_count: usize,
 }
 
 impl TxBlock {

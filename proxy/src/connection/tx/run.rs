@@ -291,10 +291,40 @@ impl Client {
     /// connection (taking one first if needed); its replies, or the error
     /// for every one of them.
     async fn held_send(&mut self, tx: &mut TxBlock) -> Result<Vec<Bytes>, sidecache_pool::Error> {
-        let payload = tx.buf.split().freeze();
-        let n = std::mem::take(&mut tx.count);
+        let mut payload = tx.buf.split().freeze();
+        let mut n = std::mem::take(&mut tx.count);
         if n == 0 {
             return Ok(Vec::new());
+        }
+        // Opened before a key bound its slot (on the first master), and now
+        // bound to another master's: the transaction moves there. What was
+        // sent before (MULTI and keyless commands, whose replies the client
+        // has) is sent again first, and those replies are dropped.
+        let mut replayed = 0;
+        let moved = match (&self.held, tx.slot) {
+            (Some(h), Some(slot)) if !h.watching && h.slot.is_none() => {
+                self.topo.node_index(slot).is_ok_and(|node| node != h.node)
+            }
+            _ => false,
+        };
+        let mut session_changed = false;
+        if moved {
+            if let Some(h) = self.held.take() {
+                session_changed = h.session_changed;
+                h.pool.release(h.conn, false);
+            }
+            let mut all = std::mem::take(&mut tx.sent);
+            all.extend_from_slice(&payload);
+            payload = all.freeze();
+            replayed = std::mem::take(&mut tx.sent_count);
+            n += replayed;
+        } else if tx.slot.is_none() && self.topo.is_cluster() {
+            // Not bound yet: kept, in case a key binds it elsewhere.
+            tx.sent.extend_from_slice(&payload);
+            tx.sent_count += n;
+        } else {
+            tx.sent = BytesMut::new();
+            tx.sent_count = 0;
         }
         let up = self.shared.upstream.clone();
         let timeout = up.command_timeout();
@@ -306,7 +336,7 @@ impl Client {
             self.wait_writes(&nd).await?;
             let wait = up.write_behind().config().queue_timeout;
             let pool = self.sessions();
-            let (conn, replies) = pool
+            let (conn, mut replies) = pool
                 .hold(nd.addr(), self.session(), wait, &payload, n, timeout)
                 .await?;
             self.held = Some(Held {
@@ -315,9 +345,10 @@ impl Client {
                 node,
                 watching: false,
                 slot: tx.slot,
-                session_changed: false,
+                session_changed,
             });
             tx.on_held = true;
+            replies.drain(..replayed.min(replies.len()));
             return Ok(replies);
         }
         let node = self.held.as_ref().map_or(0, |h| h.node);
