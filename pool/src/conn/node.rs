@@ -208,6 +208,19 @@ impl Node {
         self.control.call(cmd).await
     }
 
+    /// [`Node::control_call`], its error (a timeout, a broken connection)
+    /// written as the reply a client gets for it.
+    pub async fn control_reply(&self, cmd: bytes::Bytes) -> bytes::Bytes {
+        match self.control.call(cmd).await {
+            Ok(f) => f,
+            Err(e) => {
+                let mut b = bytes::BytesMut::new();
+                e.write_reply(&mut b);
+                b.freeze()
+            }
+        }
+    }
+
     /// Barriers on every database's write-behind queue that has writes
     /// pending (FLUSHALL, SWAPDB, MOVE and COPY … DB reach across databases).
     pub(crate) fn write_barriers(&self) -> impl Iterator<Item = crate::write_behind::Barrier> + '_ {

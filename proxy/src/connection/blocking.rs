@@ -302,14 +302,7 @@ impl Client {
                             parts.push(m);
                         }
                         encode::encode_command(&mut cmd, &parts);
-                        match node.control_call(cmd.freeze()).await {
-                            Ok(f) => f,
-                            Err(e) => {
-                                let mut b = BytesMut::new();
-                                e.write_reply(&mut b);
-                                b.freeze()
-                            }
-                        }
+                        node.control_reply(cmd.freeze()).await
                     }
                 }
             }

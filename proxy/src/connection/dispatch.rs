@@ -432,7 +432,7 @@ pub(super) async fn upstream_users(
 }
 
 /// A command's arguments as RESP.
-fn encoded(args: &[Bytes]) -> Bytes {
+pub(super) fn encoded(args: &[Bytes]) -> Bytes {
     let mut out = BytesMut::new();
     let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
     encode::encode_command(&mut out, &argv);

@@ -177,9 +177,7 @@ pub async fn serve<S>(
                 None => lost = true,
             }
         }
-        if client.st.tracking.on {
-            client.early.clear();
-        }
+        client.early.clear();
         let failed = client.write_watched(&mut stream).await.is_err();
         if !failed {
             client.metrics.written(&shared.metrics);

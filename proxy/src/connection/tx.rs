@@ -154,7 +154,8 @@ pub(super) enum Deferred {
         args: Vec<Bytes>,
         switch: Option<sidecache_pool::Proto>,
     },
-    /// A command Redis refuses at EXEC with this error (MONITOR).
+    /// A command Redis refuses at EXEC with this error (MONITOR,
+    /// SSUBSCRIBE).
     Refused(&'static str),
     /// A PING queued upstream after a SUBSCRIBE of the block: its reply
     /// becomes a RESP2 subscriber's if the client is one by then.
@@ -162,8 +163,7 @@ pub(super) enum Deferred {
     /// (P|S)UNSUBSCRIBE, with its arguments: the client's subscriptions are
     /// sidecache's.
     Unsubscribe(Kind, Vec<Bytes>),
-    /// SUBSCRIBE or PSUBSCRIBE (SSUBSCRIBE: refused at EXEC, as Redis
-    /// refuses it there), with its arguments.
+    /// SUBSCRIBE or PSUBSCRIBE, with its arguments.
     Subscribe(Kind, Vec<Bytes>),
 }
 

@@ -31,6 +31,8 @@ use sidecache_pool::Proto;
 /// What Redis answers MONITOR with at EXEC: a transaction's commands may
 /// not block.
 const MONITOR_IN_EXEC: &str = "ERR MONITOR isn't allowed for DENY BLOCKING client";
+/// What Redis answers SSUBSCRIBE with at EXEC, for the same reason.
+const SSUBSCRIBE_IN_EXEC: &str = "ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client";
 
 impl Client {
     /// Redis's queue-time refusal of `req` (wrong arity, a container
@@ -132,17 +134,8 @@ impl Client {
         let Some(node) = node else {
             return Bytes::from_static(b"-ERR upstream topology changed, retry\r\n");
         };
-        let argv: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        let mut cmd = BytesMut::new();
-        encode::encode_command(&mut cmd, &argv);
-        match node.control_call(cmd.freeze()).await {
-            Ok(f) => f,
-            Err(e) => {
-                let mut b = BytesMut::new();
-                e.write_reply(&mut b);
-                b.freeze()
-            }
-        }
+        node.control_reply(super::super::dispatch::encoded(args))
+            .await
     }
 
     /// A PING inside MULTI, queued upstream as it is: after a SUBSCRIBE
@@ -153,9 +146,11 @@ impl Client {
             return;
         }
         let Some(tx) = self.tx.as_mut() else { return };
-        let subscribes =
-            |d: &Deferred| matches!(d, Deferred::Subscribe(Kind::Channel | Kind::Pattern, _));
-        if tx.deferred.iter().any(|(_, d)| subscribes(d)) {
+        if tx
+            .deferred
+            .iter()
+            .any(|(_, d)| matches!(d, Deferred::Subscribe(..)))
+        {
             tx.deferred.push((tx.queued, Deferred::Ping));
         }
     }
@@ -223,7 +218,13 @@ impl Client {
                     .map(|t| String::from_utf8_lossy(t).into_owned())
             })
         };
-        self.tx_run_at_exec(refusal, Deferred::Subscribe(kind, req.args.clone()), None);
+        // Redis runs a transaction's commands as a client that may not
+        // block, which SSUBSCRIBE refuses.
+        let deferred = match kind {
+            Kind::Shard => Deferred::Refused(SSUBSCRIBE_IN_EXEC),
+            _ => Deferred::Subscribe(kind, req.args.clone()),
+        };
+        self.tx_run_at_exec(refusal, deferred, None);
     }
 
     /// Puts the replies of locally answered commands, run now (at EXEC,
@@ -245,10 +246,10 @@ impl Client {
             frames.push(last);
             return frames;
         };
-        // Where the client's protocol and the block's (a HELLO switched
-        // the held connection) change, from the place after on.
-        let mut client_proto: Vec<(usize, Proto)> = Vec::new();
-        let mut wire_proto: Vec<(usize, Proto)> = Vec::new();
+        // From the place after each login on: the protocol the block's
+        // replies come in (a HELLO switched the held connection), and the
+        // client's.
+        let mut protos: Vec<(usize, Proto, Proto)> = Vec::new();
         let (mut tracking, mut login) = (false, false);
         let mut late_reads: &[Bytes] = &[];
         let before = self.st.proto;
@@ -290,10 +291,8 @@ impl Client {
                     let verified =
                         super::super::dispatch::verify_credentials(&self.shared, *cmd, args).await;
                     answer::run(*cmd, args, &mut self.st, &self.shared, &mut out, verified);
-                    client_proto.push((*at, self.st.proto));
-                    if let Some(p) = switch {
-                        wire_proto.push((*at, *p));
-                    }
+                    let wire = switch.or(protos.last().map(|p| p.1)).unwrap_or(before);
+                    protos.push((*at, wire, self.st.proto));
                     (tracking, login) = (true, true);
                 }
                 // Redis answers a RESP2 subscriber's PING as a message:
@@ -327,13 +326,6 @@ impl Client {
                     self.unsubscribe_into(*kind, args, &mut out);
                     self.note_mode(before);
                 }
-                // Redis runs a transaction's commands as a client that may
-                // not block, which SSUBSCRIBE refuses.
-                Deferred::Subscribe(Kind::Shard, _) => {
-                    out.extend_from_slice(
-                        b"-ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client\r\n",
-                    );
-                }
                 Deferred::Subscribe(kind, args) => {
                     let before = self.in_pubsub();
                     if let Err(msg) = self.subscribe_into(*kind, args, &mut out).await {
@@ -364,17 +356,11 @@ impl Client {
         }
         // A HELLO whose switch went upstream but failed here (bad
         // credentials): the replies after it back to the client's protocol.
-        if !wire_proto.is_empty() {
-            let proto_at = |marks: &[(usize, Proto)], i: usize, from: Proto| {
-                marks
-                    .iter()
-                    .rev()
-                    .find(|(at, _)| *at < i)
-                    .map_or(from, |(_, p)| *p)
-            };
+        if protos.iter().any(|&(_, wire, client)| wire != client) {
             for (i, item) in items.iter_mut().enumerate() {
-                let wire = proto_at(&wire_proto, i, before);
-                let client = proto_at(&client_proto, i, before);
+                let Some(&(_, wire, client)) = protos.iter().rev().find(|(at, ..)| *at < i) else {
+                    continue;
+                };
                 if wire != client && !deferred.iter().any(|(at, _)| *at == i) {
                     let mut b = BytesMut::new();
                     if shape::convert(item, Shape::Plain, wire, client, &mut b).is_ok() {
