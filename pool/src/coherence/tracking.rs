@@ -169,6 +169,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
 use sidecache_resp::frame::{self, Value};
+use smallvec::SmallVec;
 use tracing::{info, warn};
 
 use crate::config::{NodeAddr, TrackingMode};
@@ -569,77 +570,142 @@ impl Channel {
     /// this connection's write just answered, whose report is that
     /// write's echo and is left out (see `crate::conn::mux`'s `echo`).
     pub(crate) fn on_push(&self, frame: &Bytes, own: &[Bytes]) {
-        let Ok(Value::Push(items)) = Value::decode(frame) else {
-            return;
+        let keys = match invalidated_keys(frame) {
+            Some(keys) => Some(keys),
+            None => match decode_invalidation(frame) {
+                Some(keys) => keys,
+                None => return,
+            },
         };
-        let mut items = items.into_iter();
-        let is_invalidate = items
-            .next()
-            .as_ref()
-            .and_then(Value::as_bytes)
-            .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"));
-        if !is_invalidate {
-            return;
-        }
         let stats = &self.hub.stats;
         stats.messages.fetch_add(1, Ordering::Relaxed);
-        match items.next() {
-            Some(Value::Array(keys)) | Some(Value::Set(keys)) => {
-                let keys: Vec<Bytes> = keys
-                    .into_iter()
-                    .filter_map(|k| match k {
-                        Value::Bulk(b) | Value::Status(b) => Some(b),
-                        _ => None,
-                    })
-                    .collect();
-                stats
-                    .invalidated_keys
-                    .fetch_add(keys.len() as u64, Ordering::Relaxed);
-                let Some(l) = self.hub.listener() else {
-                    return;
-                };
-                if own.is_empty() && !self.wants_echoes() {
-                    l.invalidate(&keys);
-                    return;
-                }
-                // Echoes of the write just answered on this connection
-                // (by position), echoes awaited elsewhere, news.
-                let (mut here, mut elsewhere, mut news) = (Vec::new(), Vec::new(), Vec::new());
-                {
-                    let mut due = self.hub.due();
-                    for k in keys {
-                        let awaited = !due.is_empty() && due.end(&k, self.bit, self.node_bits);
-                        if own.contains(&k) {
-                            here.push(k);
-                        } else if awaited {
-                            elsewhere.push(k);
-                        } else {
-                            news.push(k);
-                        }
-                    }
-                }
-                stats
-                    .echoes
-                    .fetch_add((here.len() + elsewhere.len()) as u64, Ordering::Relaxed);
-                if !here.is_empty() {
-                    l.invalidate_echo(&here, Some(self.db));
-                }
-                if !elsewhere.is_empty() {
-                    l.invalidate_echo(&elsewhere, None);
-                }
-
-                if !news.is_empty() {
-                    l.invalidate(&news);
-                }
-            }
+        let Some(keys) = keys else {
             // A null: the master was flushed.
-            _ => {
-                stats.flushes.fetch_add(1, Ordering::Relaxed);
-                if let Some(l) = self.hub.listener() {
-                    l.reset_node(&self.addr);
+            stats.flushes.fetch_add(1, Ordering::Relaxed);
+            if let Some(l) = self.hub.listener() {
+                l.reset_node(&self.addr);
+            }
+            return;
+        };
+        stats
+            .invalidated_keys
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        let Some(l) = self.hub.listener() else {
+            return;
+        };
+        if own.is_empty() && !self.wants_echoes() {
+            l.invalidate(&keys);
+            return;
+        }
+        // Echoes of the write just answered on this connection (by
+        // position), echoes awaited elsewhere, news.
+        type Some2 = SmallVec<[Bytes; 2]>;
+        let (mut here, mut elsewhere, mut news) = (Some2::new(), Some2::new(), Some2::new());
+        {
+            let mut due = self.hub.due();
+            for k in keys {
+                let awaited = !due.is_empty() && due.end(&k, self.bit, self.node_bits);
+                if own.contains(&k) {
+                    here.push(k);
+                } else if awaited {
+                    elsewhere.push(k);
+                } else {
+                    news.push(k);
                 }
             }
         }
+        stats
+            .echoes
+            .fetch_add((here.len() + elsewhere.len()) as u64, Ordering::Relaxed);
+        if !here.is_empty() {
+            l.invalidate_echo(&here, Some(self.db));
+        }
+        if !elsewhere.is_empty() {
+            l.invalidate_echo(&elsewhere, None);
+        }
+        if !news.is_empty() {
+            l.invalidate(&news);
+        }
+    }
+}
+
+/// What an `invalidate` push names: its keys, or `None` for a null (a
+/// flush).
+type Invalidated = Option<SmallVec<[Bytes; 2]>>;
+
+/// How Redis and Valkey frame an invalidation of keys, up to its count.
+const INVALIDATE_KEYS: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*";
+
+/// The keys of an `invalidate` push framed as Redis frames it
+/// (`>2 $10 invalidate *N $len key …`), as slices of the frame: no decode
+/// of a general value, no allocation for one or two keys. `None` for any
+/// other shape, which [`decode_invalidation`] reads.
+fn invalidated_keys(frame: &Bytes) -> Option<SmallVec<[Bytes; 2]>> {
+    if !frame.starts_with(INVALIDATE_KEYS) {
+        return None;
+    }
+    let (n, mut at) = line_number(frame, INVALIDATE_KEYS.len())?;
+    let mut keys = SmallVec::new();
+    for _ in 0..n {
+        if frame.get(at) != Some(&b'$') {
+            return None;
+        }
+        let (len, start) = line_number(frame, at + 1)?;
+        let end = start.checked_add(len)?;
+        if frame.get(end..end.checked_add(2)?) != Some(&b"\r\n"[..]) {
+            return None;
+        }
+        keys.push(frame.slice(start..end));
+        at = end + 2;
+    }
+    (at == frame.len()).then_some(keys)
+}
+
+/// The decimal number at `from` and the index after its `\r\n`.
+fn line_number(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut v: usize = 0;
+    let mut i = from;
+    while let Some(&d) = buf.get(i) {
+        if d == b'\r' {
+            break;
+        }
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+        i += 1;
+    }
+    if i == from || buf.get(i + 1) != Some(&b'\n') {
+        return None;
+    }
+    Some((v, i + 2))
+}
+
+/// Any `invalidate` push, read by the general decode: `None` when it is
+/// not one.
+fn decode_invalidation(frame: &Bytes) -> Option<Invalidated> {
+    let Ok(Value::Push(items)) = Value::decode(frame) else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    let is_invalidate = items
+        .next()
+        .as_ref()
+        .and_then(Value::as_bytes)
+        .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"));
+    if !is_invalidate {
+        return None;
+    }
+    match items.next() {
+        Some(Value::Array(keys)) | Some(Value::Set(keys)) => Some(Some(
+            keys.into_iter()
+                .filter_map(|k| match k {
+                    Value::Bulk(b) | Value::Status(b) => Some(b),
+                    _ => None,
+                })
+                .collect(),
+        )),
+        _ => Some(None),
     }
 }
 

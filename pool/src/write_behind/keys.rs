@@ -38,6 +38,33 @@ pub(crate) fn keys_of(cmd: &[u8]) -> Keys<'_> {
     }
 }
 
+/// The keys of a write-behind write (`SET`, `MSET`) as slices of it; none
+/// for any other command, such as a re-read's `MGET` or `PTTL` in the same
+/// batch (where [`keys_of`] would take the first argument for the key).
+pub(crate) fn written_keys(cmd: &[u8]) -> Keys<'_> {
+    if let Some(key) = set_key(cmd) {
+        return Keys {
+            one: Some(key),
+            pairs: Args::EMPTY,
+        };
+    }
+    let mut args = Args::new(cmd);
+    match args.next() {
+        Some(name) if name.eq_ignore_ascii_case(b"MSET") => Keys {
+            one: None,
+            pairs: args,
+        },
+        Some(name) if name.eq_ignore_ascii_case(b"SET") => Keys {
+            one: args.next(),
+            pairs: Args::EMPTY,
+        },
+        _ => Keys {
+            one: None,
+            pairs: Args::EMPTY,
+        },
+    }
+}
+
 /// A command's keys: SET's one, or MSET's every other argument.
 pub(crate) struct Keys<'a> {
     one: Option<&'a [u8]>,
@@ -161,6 +188,29 @@ mod tests {
         assert_eq!(set_key(b"*3\r\n$3\rXset\r\n$1\r\nk\r\n$2\r\nvv\r\n"), None);
         assert_eq!(set_key(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), None);
         assert_eq!(set_key(b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n"), None);
+    }
+
+    #[test]
+    fn written_keys_are_those_of_writes_only() {
+        fn keys(cmd: &[u8]) -> Vec<&[u8]> {
+            written_keys(cmd).collect()
+        }
+        for cmd in [
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n".as_slice(),
+            b"*3\r\n$3\rXset\r\n$1\r\nk\r\n$2\r\nvv\r\n",
+            b"*5\r\n$4\r\nmset\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n",
+        ] {
+            assert_eq!(keys(cmd), keys_of(cmd).collect::<Vec<_>>(), "{cmd:?}");
+        }
+        for cmd in [
+            b"*2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n".as_slice(),
+            b"*3\r\n$4\r\nMGET\r\n$1\r\nk\r\n$1\r\nj\r\n",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*1\r\n$4\r\nPING\r\n",
+            b"+OK\r\n",
+        ] {
+            assert!(keys(cmd).is_empty(), "{cmd:?}");
+        }
     }
 
     proptest! {

@@ -184,3 +184,41 @@ fn echo_waits_are_per_connection() {
         vec!["echo k", "k", "k", "echo j", "echo j", "echo x", "x"]
     );
 }
+
+#[test]
+fn invalidations_are_read_in_place_as_the_general_decode_reads_them() {
+    let keys = |f: &[u8]| -> Option<Vec<Bytes>> {
+        invalidated_keys(&Bytes::copy_from_slice(f)).map(|k| k.into_vec())
+    };
+    let general = |f: &[u8]| decode_invalidation(&Bytes::copy_from_slice(f));
+    let one = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nkey\r\n";
+    assert_eq!(keys(one), Some(vec![Bytes::from("key")]));
+    let three = b">2\r\n$10\r\ninvalidate\r\n*3\r\n$1\r\na\r\n$0\r\n\r\n$4\r\nb\r\nc\r\n";
+    let want = vec![Bytes::from("a"), Bytes::new(), Bytes::from("b\r\nc")];
+    assert_eq!(keys(three), Some(want.clone()));
+    assert_eq!(general(three).flatten().map(|k| k.into_vec()), Some(want));
+    // Other shapes go to the general decode: a flush (null), a set, a
+    // frame cut short or with bytes after it, another push.
+    for other in [
+        &b">2\r\n$10\r\ninvalidate\r\n_\r\n"[..],
+        b">2\r\n$10\r\ninvalidate\r\n~1\r\n$1\r\na\r\n",
+        b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n",
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nab\r\n",
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$x\r\na\r\n",
+        b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\nzz",
+        b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n",
+    ] {
+        assert_eq!(keys(other), None, "{}", String::from_utf8_lossy(other));
+    }
+    assert_eq!(general(b">2\r\n$10\r\ninvalidate\r\n_\r\n"), Some(None));
+    assert_eq!(
+        general(b">2\r\n$10\r\ninvalidate\r\n~1\r\n$1\r\na\r\n")
+            .flatten()
+            .map(|k| k.into_vec()),
+        Some(vec![Bytes::from("a")])
+    );
+    assert_eq!(
+        general(b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n"),
+        None
+    );
+}

@@ -78,6 +78,7 @@ use smallvec::SmallVec;
 use super::Inflight;
 use crate::coherence::tracking::Channel;
 use crate::config::TrackingMode;
+use crate::write_behind::keys::written_keys;
 
 /// What one connection's reader knows of the echoes of our writes.
 pub(super) struct Echoes<'a> {
@@ -160,9 +161,8 @@ pub(super) struct Echo {
 }
 
 impl Echo {
-    /// The arguments of command `n` of `payload` (name first); empty past
-    /// its end.
-    pub(super) fn args(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 4]> {
+    /// Command `n` of `payload`, framed; `None` past its end.
+    fn command<'p>(&mut self, payload: &'p Bytes, n: usize) -> Option<&'p [u8]> {
         let id = (payload.as_ptr() as usize, payload.len());
         let (mut at, mut offset) = if (self.cursor.0, self.cursor.1) == id && self.cursor.2 <= n {
             (self.cursor.2, self.cursor.3)
@@ -172,15 +172,24 @@ impl Echo {
         while at < n {
             match Scanner::new().scan(&payload[offset..]) {
                 Ok(Some(len)) => offset += len,
-                _ => return SmallVec::new(),
+                _ => return None,
             }
             at += 1;
         }
         self.cursor = (id.0, id.1, at, offset);
         let Ok(Some(len)) = Scanner::new().scan(&payload[offset..]) else {
+            return None;
+        };
+        payload.get(offset..offset + len)
+    }
+
+    /// The arguments of command `n` of `payload` (name first); empty past
+    /// its end.
+    pub(super) fn args(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 4]> {
+        let Some(cmd) = self.command(payload, n) else {
             return SmallVec::new();
         };
-        let Ok(Value::Array(items)) = Value::decode(&payload.slice(offset..offset + len)) else {
+        let Ok(Value::Array(items)) = Value::decode(&payload.slice_ref(cmd)) else {
             return SmallVec::new();
         };
         items
@@ -192,20 +201,15 @@ impl Echo {
             .collect()
     }
 
-    /// The keys command `n` of `payload` wrote (SET, SETEX, PSETEX, MSET:
-    /// what write-behind sends); none for anything else.
+    /// The keys command `n` of `payload` wrote (SET, MSET: what
+    /// write-behind sends, [`keys_of`]); none for anything else. Read in
+    /// place, as the batcher reads a landed write's keys: no decode of the
+    /// command's value, one slice per key.
     pub(super) fn written(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 2]> {
-        let mut out = SmallVec::new();
-        let args = self.args(payload, n);
-        let Some(name) = args.first() else {
-            return out;
+        let Some(cmd) = self.command(payload, n) else {
+            return SmallVec::new();
         };
-        if name.eq_ignore_ascii_case(b"mset") {
-            out.extend(args.iter().skip(1).step_by(2).cloned());
-        } else if is_write(name) {
-            out.extend(args.get(1).cloned());
-        }
-        out
+        written_keys(cmd).map(|k| payload.slice_ref(k)).collect()
     }
 }
 
@@ -233,8 +237,10 @@ mod tests {
         let mut payload = Vec::new();
         payload.extend(cmd(&["SET", "a", "1"]));
         payload.extend(cmd(&["MSET", "b", "2", "c", "3"]));
-        payload.extend(cmd(&["PSETEX", "d", "10", "4"]));
+        payload.extend(cmd(&["SET", "d", "4", "PXAT", "10"]));
         payload.extend(cmd(&["PING"]));
+        payload.extend(cmd(&["MGET", "a", "d"]));
+        payload.extend(cmd(&["PTTL", "d"]));
         let p = Bytes::from(payload);
         let mut e = Echo::default();
         let mut keys = |p: &Bytes, n: usize| -> Vec<String> {
@@ -248,6 +254,9 @@ mod tests {
         assert_eq!(keys(&p, 1), ["b", "c"]);
         assert_eq!(keys(&p, 2), ["d"]);
         assert!(keys(&p, 3).is_empty());
+        // A re-read names keys it does not write.
+        assert!(keys(&p, 4).is_empty());
+        assert!(keys(&p, 5).is_empty());
         // Past the end: nothing.
         assert!(keys(&p, 9).is_empty());
         // Back to an earlier command, and another batch: scanned afresh.
