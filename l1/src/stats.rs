@@ -13,6 +13,7 @@ pub struct Stats {
     pub(crate) invalidations: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) uncached: AtomicU64,
     pub(crate) refills: AtomicU64,
     pub(crate) read_hits: AtomicU64,
     pub(crate) read_misses: AtomicU64,
@@ -45,6 +46,9 @@ pub struct StatsSnapshot {
     /// Written values dropped once their write reached upstream (optin
     /// tracking: upstream does not track what the proxy wrote).
     pub released: u64,
+    /// Own writes not cached at all: their key was written before and not
+    /// read since (optin tracking; see `marks`' module docs).
+    pub uncached: u64,
     /// Written values kept once their write landed: the write's pipeline
     /// registered the key again and read it back (optin tracking).
     pub refills: u64,
@@ -73,6 +77,7 @@ impl Stats {
             invalidations: l(&self.invalidations),
             writes: l(&self.writes),
             released: l(&self.released),
+            uncached: l(&self.uncached),
             refills: l(&self.refills),
             read_hits: l(&self.read_hits),
             read_misses: l(&self.read_misses),

@@ -72,6 +72,11 @@ pub struct Write {
     /// batch that carries it registers them again and reads them back
     /// (see [`crate::coherence::refill`]): they stay cached once it lands.
     pub refill: bool,
+    /// Optin tracking: some key's written value is in the L1, to be
+    /// released once the write lands ([`WriteListener::landed`]). A write
+    /// whose keys were not cached (predicted unread) releases nothing:
+    /// its landing costs no lookup.
+    pub cached: bool,
 }
 
 /// The keys of one write (one, except for MSET): inline, no allocation.
@@ -558,6 +563,7 @@ mod tests {
             slot: None,
             cmd: out.freeze(),
             refill: false,
+            cached: false,
         }
     }
 
@@ -580,6 +586,7 @@ mod tests {
             slot: None,
             cmd: Bytes::from_static(b"+OK\r\n"),
             refill: false,
+            cached: false,
         };
         assert!(junk.keys().is_empty());
         // Framed as Redis reads it: a line ends at `\r` and any byte, and
@@ -589,6 +596,7 @@ mod tests {
             slot: None,
             cmd: Bytes::from_static(b"*3\r\n$3\rXset\r\n$1\rXk\r\n$2\r\nvvXY"),
             refill: false,
+            cached: false,
         };
         assert_eq!(k(&odd), vec![Bytes::from("k")]);
     }

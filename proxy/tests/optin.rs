@@ -83,6 +83,150 @@ async fn own_writes_of_read_keys_stay_cached_the_others_are_released() {
     support::coherence::report("direct write after an own flush (optin)", times);
 }
 
+/// Another writer's `SET`, `PEXPIRE` or `DEL` right after an own write,
+/// in both of an own write's shapes under optin:
+/// - of a key read since its last write: the write re-reads it in its
+///   pipeline (registration after the write), and the foreign change
+///   races the write's landing and that registration;
+/// - of a key written again and again with no read between: not cached
+///   at all, so a read before it lands waits for it upstream
+///   (read-your-writes), and the foreign change races the landing.
+///
+/// Whatever order the two reach Redis in, the proxy answers what the
+/// server answers within the bound, side by side. The same under bcast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_change_between_an_own_write_and_its_registration_is_seen() {
+    for mode in ["optin", "bcast"] {
+        let redis = RedisServer::start(&[]);
+        let proxy = Proxy::start(&redis.url(), &["--tracking", mode]).await;
+        let mut c = proxy.conn().await;
+        let mut d = redis.conn().await;
+        let mut times = Vec::new();
+        for round in 0..180 {
+            let key = format!("race:{}", round % 10);
+            let own = format!("own{round}");
+            if round % 2 == 0 {
+                // Read since its last write: this write is re-read.
+                let _: Option<String> = c.get(&key).await.unwrap();
+                let _: () = c.set(&key, &own).await.unwrap();
+            } else {
+                // Written ten times, no read between: the last ones are
+                // not cached.
+                for n in 0..9 {
+                    let _: () = c.set(&key, format!("earlier{round}.{n}")).await.unwrap();
+                }
+                let _: () = c.set(&key, &own).await.unwrap();
+                let got: Option<String> = c.get(&key).await.unwrap();
+                assert_eq!(
+                    got.as_deref(),
+                    Some(own.as_str()),
+                    "{mode}: read-your-writes"
+                );
+            }
+            match round % 3 {
+                0 => {
+                    let _: () = d.set(&key, format!("direct{round}")).await.unwrap();
+                }
+                1 => {
+                    let _: bool = d.pexpire(&key, 20).await.unwrap();
+                }
+                _ => {
+                    let _: i64 = d.del(&key).await.unwrap();
+                }
+            }
+            wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+            if round % 3 == 1 {
+                // Past the expiry, if the PEXPIRE ran after the write.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            let want: Option<String> = d.get(&key).await.unwrap();
+            let t0 = Instant::now();
+            loop {
+                let got: Option<String> = c.get(&key).await.unwrap();
+                if got == want {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < BOUND,
+                    "{mode}, round {round}: {key} is {got:?} through the proxy, {want:?} on the server"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            times.push(t0.elapsed());
+        }
+        if mode == "optin" {
+            let inf = info(&mut c).await;
+            assert!(info_field(&inf, "written_kept") > 0, "{inf}");
+            assert!(info_field(&inf, "written_uncached") > 0, "{inf}");
+        }
+        support::coherence::report(
+            &format!("foreign SET/PEXPIRE/DEL right after an own write ({mode})"),
+            times,
+        );
+    }
+}
+
+/// A key written again and again with no read between costs Redis a plain
+/// `SET` each time once eight writes went unread: nothing is cached,
+/// released, re-read or echoed. A read between two writes brings the
+/// re-read back for the next writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_with_no_read_between_are_not_cached_and_cost_redis_only_the_set() {
+    let redis = RedisServer::start(&[]);
+    let proxy = Proxy::start(&redis.url(), OPTIN).await;
+    let mut c = proxy.conn().await;
+    let mut d = redis.conn().await;
+    for i in 0..50 {
+        let _: () = d.set(format!("w:{i}"), "direct").await.unwrap();
+        cache(&mut c, &format!("w:{i}")).await;
+    }
+    let pttls = upstream_calls(&redis, "pttl").await;
+    // Rounds 0–7 re-read (the keys were read eight writes ago or less);
+    // rounds 8 and 9 are not cached.
+    for round in 0..10 {
+        let mut p = redis::pipe();
+        for i in 0..50 {
+            p.set(format!("w:{i}"), format!("r{round}")).ignore();
+        }
+        let _: () = p.query_async(&mut c).await.unwrap();
+        wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "written_kept"), 400, "{inf}");
+    assert_eq!(info_field(&inf, "written_uncached"), 100, "{inf}");
+    assert_eq!(info_field(&inf, "written_released"), 0, "{inf}");
+    // Echoes: the writes of keys registered for this sidecache, by the
+    // fills (round 0) and by each re-read (rounds 1–8); none after.
+    assert_eq!(info_field(&inf, "tracking_echoes"), 450, "{inf}");
+    assert_eq!(
+        upstream_calls(&redis, "pttl").await,
+        pttls + 400,
+        "one re-read each, in rounds 0–7 only"
+    );
+    // Read between: the next write is re-read again and stays cached.
+    for i in 0..50 {
+        let got: String = c.get(format!("w:{i}")).await.unwrap();
+        assert_eq!(got, "r9");
+    }
+    for i in 0..50 {
+        let _: () = c.set(format!("w:{i}"), "r3").await.unwrap();
+    }
+    wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let inf = info(&mut c).await;
+    assert_eq!(info_field(&inf, "written_kept"), 450, "{inf}");
+    let gets = upstream_calls(&redis, "get").await;
+    for i in 0..50 {
+        let got: String = c.get(format!("w:{i}")).await.unwrap();
+        assert_eq!(got, "r3");
+    }
+    assert_eq!(upstream_calls(&redis, "get").await, gets, "all hits");
+    // Still followed: a direct write is seen.
+    let _: () = d.set("w:7", "direct").await.unwrap();
+    time_until(&mut c, "w:7", "direct").await;
+}
+
 /// Writes `n` fresh keys `tag:i` through the proxy in pipelines of 200,
 /// waits for each to land, and (`read`) reads them back, checking each
 /// value. Returns how many of those reads went upstream.

@@ -1,9 +1,27 @@
-//! Read marks: for each key hash, the second the key was last read, so a
-//! write can tell whether its key is being read (optin tracking re-reads
-//! such a key in the write's pipeline to keep it cached:
+//! Read marks: for each key hash, the second the key was last read, or
+//! that it was written since, so a write can tell whether its key is
+//! being read between its writes (optin tracking re-reads such a key in
+//! the write's pipeline to keep it cached:
 //! `sidecache_pool::coherence::refill`). It owns no entries and knows no
 //! keys, only their hashes: keys sharing a mark cost a re-read too many,
-//! never a stale value.
+//! or one too few (a miss later), never a stale value.
+//!
+//! # Per key: reads between writes
+//! A write re-reads its key when the key was read (a fill, or a hit on a
+//! written or re-read value) within the TTL cap and fewer than
+//! [`UNREAD_WRITES`] writes of it ago: each write counts itself in the
+//! key's mark ([`written_mark`]), and only a read resets the count. A key
+//! written again and again with no read between (a counter, a rate limit,
+//! a session touched but not read) is re-read [`UNREAD_WRITES`] times at
+//! most; from the next write on its value is not even cached
+//! ([`Fate::Unread`]): no insert, no release once landed, no re-read, and
+//! (the last re-read's registration taken by the next write) no report of
+//! its writes, so they cost Redis what untracked `SET`s cost. A key read
+//! between writes keeps its re-reads: at 50% writes half of a key's writes
+//! follow another write, and re-reading only keys read since their last
+//! write lost a quarter of bcast's hit ratio (`bench/workload.sh matrix`,
+//! Zipf 0.99 and 1.2 over 10^4 and 10^6 keys: 0.68–0.76× of bcast at 50%
+//! writes, 2026-12-07); four unread writes, 0.93–0.94×; eight keep it.
 //!
 //! # Unread writes
 //! A key whose first access is a write has no mark, so its write is not
@@ -13,9 +31,11 @@
 //! read-mark rule, and a *ghost* notes, per sampled key, the second its
 //! unread write was released. A fill that finds a recent ghost is a read
 //! the re-read would have served. Every [`PERIOD`] sampled releases, the
-//! share of them read since decides for every key outside the sample:
-//! from 1 in [`ON_AT`] on, unread writes are re-read too; below 1 in
-//! [`OFF_BELOW`], they are not (the default at start).
+//! share of them read since decides for first writes of keys outside the
+//! sample (keys with no mark, or an old one: a key written before and not
+//! read since keeps the per-key rule): from 1 in [`ON_AT`] on, they are
+//! re-read too; below 1 in [`OFF_BELOW`], they are not (the default at
+//! start).
 //!
 //! Why those bounds: a miss costs Redis a round trip of its own (`GET`,
 //! `PTTL`), a re-read only its part of a batch. Re-reading every write on
@@ -29,9 +49,19 @@
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// Writes of a key with no read between that are still re-read (and
+/// cached); the next one is neither.
+pub(super) const UNREAD_WRITES: u16 = 8;
 /// Marks wrap after this many seconds (18 hours): a key last read a
-/// multiple of that ago may look read lately, one re-read too many.
-const WRAP: u16 = u16::MAX;
+/// multiple of that ago may look read lately, one re-read too many. The
+/// values above it count writes since the last read ([`written_mark`]).
+const WRAP: u16 = u16::MAX - UNREAD_WRITES;
+
+/// The mark of a key written `n` times (1 to [`UNREAD_WRITES`]) since its
+/// last read: above every second.
+pub(super) const fn written_mark(n: u16) -> u16 {
+    WRAP + n
+}
 /// Marks (a power of two): 2^19 of 2 bytes, 1 MiB.
 const SLOTS: usize = 1 << 19;
 
@@ -44,10 +74,23 @@ pub(super) const ON_AT: u32 = 16;
 /// ...and no longer once fewer than 1 in this many is.
 const OFF_BELOW: u32 = 32;
 
+/// What a write's value is worth keeping for ([`Marks::written`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Cached, and re-read once landed: the key is being read.
+    Reread,
+    /// Cached until it lands (no marks kept, or nothing known of the key).
+    Cached,
+    /// Written [`UNREAD_WRITES`] times (or, with no recent read, once)
+    /// and not read since: not cached at all (as if evicted at once). A
+    /// read before it lands waits for it upstream.
+    Unread,
+}
+
 /// The marks, or none (off: bcast, or no L1).
 pub(super) struct Marks {
     /// Per hash, the second (since `born`, plus one; 0: never) of the last
-    /// read.
+    /// read, or [`written_mark`] once written and not read since.
     slots: Box<[AtomicU16]>,
     /// Per sampled hash, the second its unread write was released (0:
     /// none, or read since).
@@ -109,14 +152,15 @@ impl Marks {
     }
 
     /// Whether the key was read within the window before `now`.
+    #[cfg(test)]
     pub(super) fn read_lately(&self, hash: u64, now: Instant) -> bool {
         self.slot(hash)
             .is_some_and(|m| self.lately(m.load(Ordering::Relaxed), now))
     }
 
-    /// Whether a mark (0: none) is within the window before `now`.
+    /// Whether a mark (0: none) is a read within the window before `now`.
     fn lately(&self, mark: u16, now: Instant) -> bool {
-        if mark == 0 {
+        if mark == 0 || mark > WRAP {
             return false;
         }
         let wrap = u32::from(WRAP);
@@ -124,12 +168,40 @@ impl Marks {
         age <= u32::from(self.window)
     }
 
-    /// Whether a write of the key should be re-read: the key was read
-    /// lately, or (outside the sample) the proxy's unread writes are
-    /// being read ([module docs](self)).
-    pub(super) fn reread(&self, hash: u64, now: Instant) -> bool {
-        self.read_lately(hash, now)
-            || (!sampled(hash) && self.reread_unread.load(Ordering::Relaxed))
+    /// A write of the key at `now`: what becomes of its value
+    /// ([`Fate`]). Re-read when the key was read lately and fewer than
+    /// [`UNREAD_WRITES`] writes of it ago; not cached when that many
+    /// writes went unread; for a key with no recent read, cached until it
+    /// lands and re-read as the sample decides for unread writes ([module
+    /// docs](self)), its next unread write then not cached. Counts the
+    /// write in the mark (one store, only when it changes).
+    pub(super) fn written(&self, hash: u64, now: Instant) -> Fate {
+        let Some(m) = self.slot(hash) else {
+            return Fate::Cached;
+        };
+        let mark = m.load(Ordering::Relaxed);
+        let last = written_mark(UNREAD_WRITES);
+        if mark == last {
+            return Fate::Unread;
+        }
+        if mark > WRAP {
+            m.store(mark + 1, Ordering::Relaxed);
+            return Fate::Reread;
+        }
+        if self.lately(mark, now) {
+            m.store(written_mark(1), Ordering::Relaxed);
+            return Fate::Reread;
+        }
+        // Re-read as the sample decides: then counted as a first unread
+        // write (such keys are being read later); otherwise its next
+        // unread write is not cached.
+        if !sampled(hash) && self.reread_unread.load(Ordering::Relaxed) {
+            m.store(written_mark(1), Ordering::Relaxed);
+            Fate::Reread
+        } else {
+            m.store(last, Ordering::Relaxed);
+            Fate::Cached
+        }
     }
 
     /// Whether unread writes outside the sample are re-read now.
@@ -236,18 +308,18 @@ mod tests {
     fn unread_writes_are_reread_while_reads_of_them_pay_and_not_after() {
         let born = Instant::now();
         let m = Marks::new(true, Duration::from_secs(60), born);
-        assert!(!m.reread(other(1), born), "off at start");
+        assert_eq!(m.written(other(1), born), Fate::Cached, "off at start");
         // A period of unread writes nobody reads: stays off.
         period(&m, 0, PERIOD, 0, born);
         assert!(!m.rereads_unread());
         // 1 in 16 read back (counted in the next period's decision).
         period(&m, 1000, PERIOD, PERIOD / ON_AT, born);
         period(&m, 2000, PERIOD, 0, born);
-        assert!(m.rereads_unread() && m.reread(other(1), born));
+        assert!(m.rereads_unread() && m.written(other(2), born) == Fate::Reread);
         // The sample keeps the read-mark rule.
-        assert!(!m.reread(sample(5000), born));
+        assert_eq!(m.written(sample(5000), born), Fate::Cached);
         m.note(sample(5000), born);
-        assert!(m.reread(sample(5000), born));
+        assert_eq!(m.written(sample(5000), born), Fate::Reread);
         // A ghost counts once: a second fill of the key is no new read.
         period(&m, 3000, PERIOD, PERIOD / 16, born);
         for i in 0..u64::from(PERIOD / 16) {
@@ -258,7 +330,51 @@ mod tests {
         assert!(m.rereads_unread());
         period(&m, 5000, PERIOD, PERIOD / 64, born);
         period(&m, 6000, PERIOD, 0, born);
-        assert!(!m.rereads_unread() && !m.reread(other(1), born));
+        assert!(!m.rereads_unread() && m.written(other(3), born) == Fate::Cached);
+    }
+
+    #[test]
+    fn a_write_is_reread_while_the_key_is_read_between_its_writes() {
+        let born = Instant::now();
+        let m = Marks::new(true, Duration::from_secs(60), born);
+        let k = other(7);
+        m.filled(k, born);
+        for n in 0..UNREAD_WRITES {
+            assert_eq!(m.written(k, born), Fate::Reread, "unread write {n}");
+        }
+        assert_eq!(m.written(k, born), Fate::Unread, "too many unread writes");
+        assert_eq!(m.written(k, born + Duration::from_secs(1)), Fate::Unread);
+        // A read between: re-read again, the count starting afresh.
+        m.note(k, born + Duration::from_secs(1));
+        assert_eq!(m.written(k, born + Duration::from_secs(1)), Fate::Reread);
+        m.note(k, born + Duration::from_secs(1));
+        for _ in 0..UNREAD_WRITES {
+            assert_eq!(m.written(k, born + Duration::from_secs(1)), Fate::Reread);
+        }
+        assert_eq!(m.written(k, born + Duration::from_secs(1)), Fate::Unread);
+        // The key keeps the per-key rule even while unread writes are
+        // re-read.
+        period(&m, 0, PERIOD, PERIOD / ON_AT, born);
+        period(&m, 1000, PERIOD, 0, born);
+        assert!(m.rereads_unread());
+        assert_eq!(m.written(k, born + Duration::from_secs(2)), Fate::Unread);
+        // A read too long ago is a key with no recent read: as the sample
+        // decides (on here), counted as a first unread write.
+        let old = other(8);
+        m.note(old, born);
+        let later = born + Duration::from_secs(120);
+        for _ in 0..UNREAD_WRITES {
+            assert_eq!(m.written(old, later), Fate::Reread);
+        }
+        assert_eq!(m.written(old, later), Fate::Unread);
+        // No history, sample off: cached until it lands, then not cached.
+        let fresh = sample(9);
+        assert_eq!(m.written(fresh, born), Fate::Cached);
+        assert_eq!(m.written(fresh, born), Fate::Unread);
+        // Off (bcast): every written value is cached, none re-read.
+        let off = Marks::new(false, Duration::from_secs(60), born);
+        assert_eq!(off.written(k, born), Fate::Cached);
+        assert_eq!(off.written(k, born), Fate::Cached);
     }
 
     #[test]

@@ -7,6 +7,18 @@ fn l1(max: u64) -> L1 {
     })
 }
 
+/// An L1 that caches every written value (no read marks, as under
+/// bcast): for what happens to written values themselves. Under optin a
+/// key written again with no read between is not cached at all
+/// (`a_write_reports_whether_…`).
+fn l1_writes(max: u64) -> L1 {
+    L1::new(L1Config {
+        max_bytes: max,
+        read_marks: false,
+        ..L1Config::default()
+    })
+}
+
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
 }
@@ -40,7 +52,7 @@ fn invalidation_during_fill_discards_it() {
 
 #[test]
 fn overwrites_replace_in_place_without_touching_values_readers_hold() {
-    let c = l1(1 << 20);
+    let c = l1_writes(1 << 20);
     let later = Instant::now() + Duration::from_secs(5);
     assert!(
         c.insert_written(0, &b("k"), &b("one"), later, Instant::now())
@@ -102,7 +114,7 @@ fn overwrites_replace_in_place_without_touching_values_readers_hold() {
 #[test]
 fn heavier_overwrites_stay_within_max_bytes() {
     let max = 64 * 1024;
-    let c = l1(max);
+    let c = l1_writes(max);
     let later = Instant::now() + Duration::from_secs(5);
     for i in 0..100 {
         assert!(
@@ -283,7 +295,7 @@ fn off_and_filtered() {
 
 #[test]
 fn a_landed_write_releases_only_its_own_value() {
-    let c = l1(1 << 20);
+    let c = l1_writes(1 << 20);
     let t0 = Instant::now();
     let far = t0 + Duration::from_secs(60);
     let (w1, w2) = (t0, t0 + Duration::from_micros(1));
@@ -438,7 +450,7 @@ fn an_entry_without_other_reads_grows_by_one_pointer() {
 }
 
 #[test]
-fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
+fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap() {
     let c = L1::new(L1Config {
         ttl_cap: Duration::from_secs(1),
         ..L1Config::default()
@@ -453,21 +465,41 @@ fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
             reread: false
         }
     );
-    assert!(
-        !c.insert_written(0, &b("k"), &b("2"), later, Instant::now())
-            .reread
+    // Written again, not read between: not cached (the first write's
+    // value goes with it: never served in place of the second).
+    assert_eq!(
+        c.insert_written(0, &b("k"), &b("2"), later, Instant::now()),
+        Written {
+            cached: false,
+            reread: false
+        }
     );
-    // Read (a hit on the written value): the next writes want one while
-    // the read is within the cap.
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    // Read (a fill, after the write landed): the next writes want a
+    // re-read while the read is within the cap, up to eight with no read
+    // between; the one after them is not even cached (per key).
+    let t = c.begin_fill(0, b"k");
+    assert!(c.complete_fill(t, 0, b("k"), Some(b("2")), -1));
     assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("2"))));
-    assert!(
-        c.insert_written(0, &b("k"), &b("3"), later, Instant::now())
-            .reread
+    for v in ["3", "3a", "3b", "3c", "3d", "3e", "3f", "3g"] {
+        assert_eq!(
+            c.insert_written(0, &b("k"), &b(v), later, Instant::now()),
+            Written {
+                cached: true,
+                reread: true
+            },
+            "{v}"
+        );
+    }
+    assert_eq!(
+        c.insert_written(0, &b("k"), &b("4"), later, Instant::now()),
+        Written {
+            cached: false,
+            reread: false
+        }
     );
-    assert!(
-        c.insert_written(0, &b("k"), &b("4"), later, Instant::now())
-            .reread
-    );
+    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    assert_eq!(c.stats().uncached, 2);
     // A fill is a read too.
     let t = c.begin_fill(0, b"j");
     assert!(c.complete_fill(t, 0, b("j"), Some(b("v")), -1));
@@ -501,7 +533,7 @@ fn a_write_reports_whether_its_key_was_read_within_the_ttl_cap() {
 
 #[test]
 fn a_reread_keeps_only_its_own_writes_value() {
-    let c = l1(1 << 20);
+    let c = l1_writes(1 << 20);
     let later = Instant::now() + Duration::from_secs(60);
     let w1 = Instant::now();
     c.insert_written(0, &b("k"), &b("one"), later, w1);

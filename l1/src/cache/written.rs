@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use quick_cache::sync::{EntryAction, EntryResult};
 
+use super::marks::Fate;
 use super::{overwrite_value, CacheKey, Entry, KeyRef, Origin, Stats, BUCKETS, L1};
 
 /// What [`L1::insert_written`] did.
@@ -18,9 +19,10 @@ pub struct Written {
     pub cached: bool,
     /// The write should register the key again with the upstream, so that
     /// it stays cached once it lands (see [`L1::refill_written`]): the key
-    /// was read within the TTL cap (a fill, or a hit on a written or
-    /// re-read value), or, for a key nobody read, the proxy's unread writes
-    /// are being read later (measured on a sample: `marks`' module docs).
+    /// was read within the TTL cap and since its last write (a fill, or a
+    /// hit on a written or re-read value), or, for a key with no recent
+    /// mark, the proxy's unread writes are being read later (measured on
+    /// a sample: `marks`' module docs).
     pub reread: bool,
 }
 
@@ -98,7 +100,8 @@ impl L1 {
     /// Caches a value the proxy itself wrote (write-behind): the written
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
-    /// cached (a filtered key or an oversized value is only invalidated),
+    /// cached (a filtered key, an oversized value, and under optin a key
+    /// written before and not read since are only invalidated),
     /// and whether the write should re-read the key ([`Written::reread`]). `now` is the caller's clock read (one per write, not one per
     /// step).
     pub fn insert_written(
@@ -118,13 +121,22 @@ impl L1 {
         self.mark_used(db);
         let hash = self.hash(db, key);
         self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
-        let reread = self.marks.reread(hash, now);
-        if !self.cfg.key_allowed(key)
+        let fate = self.marks.written(hash, now);
+        let reread = fate == Fate::Reread;
+        // Predicted unread (written before, not read since): not cached, as
+        // if evicted at once, which saves the insert and the release at
+        // its landing. An earlier value still cached goes (contract 1: a
+        // read before this write lands misses and waits for it upstream).
+        if fate == Fate::Unread
+            || !self.cfg.key_allowed(key)
             || value.len() as u64 > self.cfg.max_value_bytes
             || deadline <= now
         {
             cache.remove(&KeyRef { db, key });
             Stats::add(&self.stats.invalidations, 1);
+            if fate == Fate::Unread {
+                Stats::add(&self.stats.uncached, 1);
+            }
             return Written {
                 cached: false,
                 reread,

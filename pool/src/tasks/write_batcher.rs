@@ -447,6 +447,7 @@ impl<U: Dispatch> Batcher<U> {
         if let (true, Some(l)) = (self.release, wb.listener()) {
             let mut written = batch
                 .iter()
+                .filter(|q| q.write.cached)
                 .flat_map(|q| keys_of(&q.write.cmd).map(move |k| (k, q.at)));
             l.landed(self.db, &mut written);
         }

@@ -51,6 +51,7 @@ impl Upstream {
                 slot: None,
                 cmd: r.cmd.clone(),
                 refill: false,
+                cached: false,
             };
             let slot = match probe.keys().first() {
                 Some(k) if self.is_cluster() => Some(Slot::for_key(k)),

@@ -426,6 +426,7 @@ mod tests {
                 slot: None,
                 cmd,
                 refill: false,
+                cached: false,
             };
             assert_eq!(queued.keys().into_vec(), vec![Bytes::from("k")]);
         }

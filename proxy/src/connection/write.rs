@@ -42,6 +42,8 @@ struct Queue<'a, 'w> {
     /// Some key was read lately (within the TTL cap): the write re-reads it
     /// (`sidecache_pool::coherence::refill`).
     refill: bool,
+    /// Some key's written value is cached (released once it lands).
+    cached: bool,
 }
 
 impl Client {
@@ -98,7 +100,7 @@ impl Client {
                 Err(e) => return self.no_room(wait, &e),
             }
         }
-        let (now, refill) = self.cache_written(&plan, args, now_ms);
+        let (now, refill, cached) = self.cache_written(&plan, args, now_ms);
         if !groups.iter().all(|g| self.coherent(g.0)) {
             for &(k, _) in &plan.pairs {
                 self.shared.drop_cached(self.st.db, &args[k]);
@@ -113,6 +115,7 @@ impl Client {
                 need,
                 permit,
                 refill,
+                cached,
             };
             match self.queue(&shared, &plan, args, raw, group, now) {
                 Outcome::Queued(seq) => journalled = journalled.max(seq),
@@ -183,7 +186,7 @@ impl Client {
             Ok(p) => p,
             Err(e) => return self.no_room(wait, &e),
         };
-        let (now, refill) = self.cache_written(plan, args, now_ms);
+        let (now, refill, cached) = self.cache_written(plan, args, now_ms);
         if !self.coherent(node) {
             self.shared.drop_cached(self.st.db, &args[pair.0]);
         }
@@ -194,6 +197,7 @@ impl Client {
             need,
             permit,
             refill,
+            cached,
         };
         match self.queue(&shared, plan, args, raw, group, now) {
             Outcome::Queued(seq) => self.acknowledge(wb, seq),
@@ -278,6 +282,7 @@ impl Client {
             need,
             permit,
             refill,
+            cached,
         } = group;
         let cmd = write::encode(plan, args, raw, pairs, need, &mut self.write_buf);
         // The topology a flush before took in may have fewer nodes.
@@ -292,6 +297,7 @@ impl Client {
                 slot,
                 cmd,
                 refill,
+                cached,
             },
             permit,
             now,
@@ -315,10 +321,16 @@ impl Client {
 
     /// The written values become what the L1 serves (or, for KEEPTTL, whose
     /// remaining TTL the proxy does not know, the keys are dropped).
-    /// Returns the clock it read (when the write was acknowledged), and
-    /// whether a key was read lately (the write then re-reads
-    /// its keys once landed, to keep them cached).
-    fn cache_written(&mut self, plan: &WritePlan, args: &[Bytes], now_ms: i64) -> (Instant, bool) {
+    /// Returns the clock it read (when the write was acknowledged),
+    /// whether a key was read since its last write (the write then
+    /// re-reads its keys once landed, to keep them cached), and whether
+    /// any written value is cached (to be released once it lands).
+    fn cache_written(
+        &mut self,
+        plan: &WritePlan,
+        args: &[Bytes],
+        now_ms: i64,
+    ) -> (Instant, bool, bool) {
         let now = Instant::now();
         let deadline = match plan.expiry {
             Expiry::Persist | Expiry::KeepTtl => now + Duration::from_secs(365 * 24 * 3600),
@@ -326,6 +338,7 @@ impl Client {
         };
         let db = self.st.db;
         let mut refill = false;
+        let mut cached = false;
         for &(k, v) in &plan.pairs {
             self.observe_write(&args[k]);
             if plan.expiry == Expiry::KeepTtl {
@@ -343,6 +356,7 @@ impl Client {
                 // Only a key registered on the connection that writes it
                 // (fill lane 0) is kept by a re-read: see
                 // `sidecache_pool::config::DEFAULT_FILL_CONNECTIONS`.
+                cached |= written.cached;
                 refill |= written.cached
                     && written.reread
                     && super::cache::fill_lane(&args[k], self.fill_lanes) == 0;
@@ -359,6 +373,6 @@ impl Client {
         }
         // Fetches later in this batch must not join other clients' flights.
         self.batch_writes = true;
-        (now, refill)
+        (now, refill, cached)
     }
 }

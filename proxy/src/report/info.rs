@@ -92,9 +92,10 @@ fn coherence(s: &Shared) -> String {
         (up.coherence_stats(), up.tracking_mode())
     {
         out.push_str(&format!(
-            "registered_reads:{}\r\nwritten_released:{}\r\nwritten_kept:{}\r\nrereading_unread_writes:{}\r\ntracking_echoes:{}\r\n",
+            "registered_reads:{}\r\nwritten_released:{}\r\nwritten_uncached:{}\r\nwritten_kept:{}\r\nrereading_unread_writes:{}\r\ntracking_echoes:{}\r\n",
             load(&st.registered_reads),
             s.l1.stats().released,
+            s.l1.stats().uncached,
             s.l1.stats().refills,
             u8::from(s.l1.rereads_unread_writes()),
             load(&st.echoes),

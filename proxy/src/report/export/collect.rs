@@ -100,6 +100,7 @@ fn l1(s: &Shared, o: &mut Out) {
     o.counter("sidecache_l1_read_misses_total", &[], st.read_misses);
     o.counter("sidecache_l1_read_fills_total", &[], st.read_fills);
     o.counter("sidecache_l1_written_released_total", &[], st.released);
+    o.counter("sidecache_l1_written_uncached_total", &[], st.uncached);
     o.counter("sidecache_l1_written_kept_total", &[], st.refills);
     o.counter(
         "sidecache_l1_stale_served_total",
