@@ -31,7 +31,7 @@ pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(300);
 /// The default `--write-batch`: most writes in one upstream pipeline.
 pub const DEFAULT_WRITE_BATCH: usize = 200;
 /// The default `--write-pipeline`: batches in flight per queue.
-pub const DEFAULT_WRITE_PIPELINE: usize = 1;
+pub const DEFAULT_WRITE_PIPELINE: usize = 4;
 /// The default `--write-queue-max`.
 pub const DEFAULT_WRITE_QUEUE_MAX: usize = 100_000;
 /// The default `--write-queue-max-bytes`.

@@ -373,7 +373,13 @@ async fn relay(upstream: String) -> (u16, Arc<AtomicUsize>, Arc<AtomicUsize>) {
 async fn upstream_pipelines_carry_up_to_200_writes() {
     let redis = RedisServer::start(&[]);
     let (port, max, total) = relay(redis.addr()).await;
-    let proxy = Proxy::start(&format!("redis://127.0.0.1:{port}"), &[]).await;
+    // One batch out at a time: what the relay reads at once is one batch
+    // (by default up to `--write-pipeline` 4 follow each other).
+    let proxy = Proxy::start(
+        &format!("redis://127.0.0.1:{port}"),
+        &["--write-pipeline", "1"],
+    )
+    .await;
     let mut tasks = Vec::new();
     for c in 0..20 {
         let addr = proxy.addr.to_string();

@@ -316,7 +316,7 @@ pub struct Options {
 
     /// Batches sent upstream before the first one's answers are in, per
     /// queue, when a whole batch more is waiting (sustained write load);
-    /// 1 sends one at a time [default: 1].
+    /// 1 sends one at a time [default: 4].
     #[arg(long, env = "SIDECACHE_WRITE_PIPELINE", value_name = "N")]
     pub write_pipeline: Option<usize>,
 

@@ -13,7 +13,7 @@ fn defaults() {
     assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
     assert_eq!(c.proto_max_bulk_len, DEFAULT_PROTO_MAX_BULK_LEN);
     assert_eq!(c.upstream.pool_size, 2);
-    assert_eq!(c.upstream.write.pipeline, 1);
+    assert_eq!(c.upstream.write.pipeline, 4);
     assert!(c.unix_socket.is_none());
 }
 
