@@ -14,8 +14,12 @@
 #
 # Knobs: TESTS=set  PIPELINES="1 16"  ROUNDS=5  N=200000  CLIENTS=50
 #        DATA_SIZE=64  KEYSPACE=100000  ARGS_A="" ARGS_B="" (extra flags)
-# Prints one line per run and the medians. Only processes it started are
-# stopped (by pid).
+# Prints one line per run and the medians: requests/s (and the ratio to
+# direct Redis), redis-benchmark's p50 latency, and the CPU time the
+# serving process used per million requests (redis-server for direct,
+# sidecache for A and B; utime + stime from /proc/PID/stat), with the CPU
+# of the Redis behind A and B per million requests beside it. Only
+# processes it started are stopped (by pid).
 set -euo pipefail
 A="$1"; B="$2"
 TESTS="${TESTS:-set}"; PIPELINES="${PIPELINES:-1 16}"; ROUNDS="${ROUNDS:-5}"
@@ -55,8 +59,12 @@ for p in "$RP" "$RAP" "$RBP"; do
   timeout 300 redis-cli -p "$p" --pipe <"$WORK/fill.txt" >/dev/null
 done
 awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' >"$WORK/warm.txt"
-declare -A R
+declare -A R L C U
 names=(redis A B); ports=("$RP" "$AP" "$BP")
+# pids: the serving process of each target, and the Redis behind it.
+serving=("${PIDS[0]}" "${PIDS[3]}" "${PIDS[4]}"); behind=("${PIDS[0]}" "${PIDS[1]}" "${PIDS[2]}")
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ="$(getconf CLK_TCK)"
 for round in $(seq "$ROUNDS"); do
   for t in ${TESTS//,/ }; do
     for P in $PIPELINES; do
@@ -65,24 +73,37 @@ for round in $(seq "$ROUNDS"); do
         if [ "$t" = get ]; then
           timeout 300 redis-cli -p "${ports[$j]}" --pipe <"$WORK/warm.txt" >/dev/null
         fi
-        rps=$(timeout 300 redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
-              -n "$N" -P "$P" -t "$t" -q --csv 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"')
-        echo "round $round ${names[$j]} $t -P $P: $rps"
+        s0=$(ticks "${serving[$j]}"); b0=$(ticks "${behind[$j]}")
+        csv=$(timeout 300 redis-benchmark -p "${ports[$j]}" -c "$CLIENTS" -d "$DATA_SIZE" -r "$KEYSPACE" \
+              -n "$N" -P "$P" -t "$t" -q --csv 2>/dev/null | tail -1 | tr -d '"')
+        # Write-behind: the CPU of landing the writes counts too.
+        [ "$t" = set ] && [ "$j" != 0 ] && for _ in $(seq 50); do
+          d=$(redis-cli -p "${ports[$j]}" info writebehind 2>/dev/null | awk -F: '/^write_queue_depth:/ {print $2+0}')
+          [ "${d:-0}" = 0 ] && break; sleep 0.1
+        done
+        s1=$(ticks "${serving[$j]}"); b1=$(ticks "${behind[$j]}")
+        rps=$(echo "$csv" | cut -d, -f2); p50=$(echo "$csv" | cut -d, -f5)
+        cpu=$(awk -v a="$s0" -v b="$s1" -v n="$N" -v hz="$HZ" 'BEGIN {printf "%.2f", (b - a) / hz / n * 1e6}')
+        up=$(awk -v a="$b0" -v b="$b1" -v n="$N" -v hz="$HZ" 'BEGIN {printf "%.2f", (b - a) / hz / n * 1e6}')
+        echo "round $round ${names[$j]} $t -P $P: $rps rps, p50 $p50 ms, CPU s per 10^6: $cpu (its Redis $up)"
         R["${names[$j]}|$t|$P"]+="$rps "
+        L["${names[$j]}|$t|$P"]+="$p50 "
+        C["${names[$j]}|$t|$P"]+="$cpu "
+        U["${names[$j]}|$t|$P"]+="$up "
         sleep 0.5
       done
     done
   done
 done
 echo
-echo "median rps (ratio to redis):"
+echo "medians: rps (ratio to redis) | p50 ms | CPU s per 10^6 requests of the serving process (of the Redis behind it)"
+med() { echo "$1" | tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for t in ${TESTS//,/ }; do for P in $PIPELINES; do
   line="$t -P $P:"
+  m_redis=$(med "${R["redis|$t|$P"]}")
   for n in redis A B; do
-    m=$(echo ${R["$n|$t|$P"]} | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    eval "m_$n=$m"
-    line+=" $n $m"
+    m=$(med "${R["$n|$t|$P"]}")
+    line+="  $n $m ($(python3 -c "print(f'{$m/$m_redis:.2f}')")x) | $(med "${L["$n|$t|$P"]}") | $(med "${C["$n|$t|$P"]}") ($(med "${U["$n|$t|$P"]}"))"
   done
-  line+="  (A $(python3 -c "print(f'{$m_A/$m_redis:.2f}')")x, B $(python3 -c "print(f'{$m_B/$m_redis:.2f}')")x)"
   echo "$line"
 done; done

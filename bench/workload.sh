@@ -7,6 +7,9 @@
 #   bench/workload.sh [run]      WRITE_PCTS workloads (KEYS, DIST, ZIPF_S, TYPE) × SIDES
 #   bench/workload.sh matrix     zipf s ∈ {0.99, 1.2} × keys ∈ {10^4, 10^6} × writes ∈ {5, 20, 50} %
 #                                strings, plus hashes at 20 % writes (s × keys): about 3 minutes
+#   bench/workload.sh write-heavy  90 % SET of hot keys (Zipf 0.99 over 1,000 keys), 10 % GET:
+#                                counters, rate limits, session touches; the SET's own
+#                                p50 / p99 (the acknowledgement) beside the round trips'
 #   bench/workload.sh staleness  one writer on Redis, readers through each side: how long
 #                                a write takes to reach them, and stale reads
 #   bench/workload.sh sides      N application processes (redis-py, node-redis) at Redis, at
@@ -72,11 +75,14 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 CMD="${1:-run}"
-case "$CMD" in run | matrix | staleness | sides) ;; *)
-  echo "usage: bench/workload.sh [run|matrix|staleness|sides]" >&2
+case "$CMD" in run | matrix | write-heavy | staleness | sides) ;; *)
+  echo "usage: bench/workload.sh [run|matrix|write-heavy|staleness|sides]" >&2
   exit 2
   ;;
 esac
+if [[ "$CMD" == write-heavy ]]; then # its own defaults
+  KEYS="${KEYS:-1000}" WRITE_PCTS="${WRITE_PCTS:-90}"
+fi
 if [[ "$CMD" == sides ]]; then # its own defaults (bench/workload-sides.sh)
   KEYS="${KEYS:-1000000}" VALUE_SIZE="${VALUE_SIZE:-1024}" RTT_MS=""
 fi
@@ -113,6 +119,7 @@ RESULTS_DIR="${RESULTS_DIR:-$SCRIPT_DIR/results}"
 case "$CMD" in
   run) PREFIX="${PREFIX:-workload}" ;;
   matrix) PREFIX="${PREFIX:-workload-matrix}" ;;
+  write-heavy) PREFIX="${PREFIX:-workload-write-heavy}" ;;
   staleness) PREFIX="${PREFIX:-workload-staleness}" ;;
   sides) PREFIX="${PREFIX:-workload-sides}" ;;
 esac
@@ -364,7 +371,7 @@ run_side() {
   local rcmd rcpu
   rcmd="$(awk -v c="$total" -v n="$ops" 'BEGIN { printf "%.3f", c / n }')"
   rcpu="$(awk -v a="$r0" -v b="$r1" -v n="$ops" 'BEGIN { printf "%.3f", (b - a) / 1e3 / n }')"
-  echo "$round,$type,$dist,$s,$keys,$w,$side,$ops,$(kv secs "$line"),$(kv ops_per_s "$line"),$(kv p50_us "$line"),$(kv p99_us "$line"),$(kv p999_us "$line"),$(kv reads "$line"),$(kv writes "$line"),$errors,$nils,$hits,$misses,$ratio,$upper,$rcmd,$rcpu,$sccpu,$bycmd" >>"$RAW"
+  echo "$round,$type,$dist,$s,$keys,$w,$side,$ops,$(kv secs "$line"),$(kv ops_per_s "$line"),$(kv p50_us "$line"),$(kv p99_us "$line"),$(kv p999_us "$line"),$(kv reads "$line"),$(kv writes "$line"),$errors,$nils,$hits,$misses,$ratio,$upper,$rcmd,$rcpu,$sccpu,$(kv set_p50_us "$line"),$(kv set_p99_us "$line"),$bycmd" >>"$RAW"
   printf '[workload]   %-6s %-5s %-7s s=%-4s keys=%-7s w=%-3s %-7s %7s ops/s p50 %6s p99 %7s hit %-6s redis cmd/op %s cpu/op %s µs\n' \
     "r$round" "$type" "$dist" "$s" "$keys" "$w" "$side" "$(kv ops_per_s "$line")" "$(kv p50_us "$line")" \
     "$(kv p99_us "$line")" "${ratio:--}" "$rcmd" "$rcpu" >&2
@@ -373,7 +380,7 @@ run_side() {
 run_workloads() { # reads "TYPE DIST S KEYS WPCT" lines on stdin (not a pipe: it must run in this shell)
   local wl=() type dist s keys w round side
   while read -r type dist s keys w; do wl+=("$type $dist $s $keys $w"); done
-  echo "round,type,dist,zipf_s,keys,write_pct,side,ops,secs,ops_per_s,p50_us,p99_us,p999_us,reads,writes,errors,nils,l1_hits,l1_misses,hit_ratio,sc_upstream_cmds_per_op,redis_cmds_per_op,redis_cpu_us_per_op,sc_cpu_us_per_op,redis_cmds_by_command" >"$RAW"
+  echo "round,type,dist,zipf_s,keys,write_pct,side,ops,secs,ops_per_s,p50_us,p99_us,p999_us,reads,writes,errors,nils,l1_hits,l1_misses,hit_ratio,sc_upstream_cmds_per_op,redis_cmds_per_op,redis_cpu_us_per_op,sc_cpu_us_per_op,set_p50_us,set_p99_us,redis_cmds_by_command" >"$RAW"
   local i=0 procs_note=""
   if ((PROCS > 1)); then procs_note=" × $PROCS processes"; fi
   for x in "${wl[@]}"; do
@@ -396,7 +403,7 @@ import csv, statistics, sys
 raw, out, header, matrix, sides = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5].split()
 rows = list(csv.DictReader(open(raw)))
 num = ["ops_per_s", "p50_us", "p99_us", "p999_us", "hit_ratio", "sc_upstream_cmds_per_op",
-       "redis_cmds_per_op", "redis_cpu_us_per_op", "sc_cpu_us_per_op"]
+       "redis_cmds_per_op", "redis_cpu_us_per_op", "sc_cpu_us_per_op", "set_p50_us", "set_p99_us"]
 groups, order = {}, []
 for r in rows:
     wl = (r["type"], r["dist"], r["zipf_s"], int(r["keys"]), float(r["write_pct"]))
@@ -404,7 +411,7 @@ for r in rows:
         order.append(wl)
     groups.setdefault((wl, r["side"]), []).append(r)
 def med(rs, k):
-    v = [float(r[k]) for r in rs if r[k] != ""]
+    v = [float(r[k]) for r in rs if r.get(k, "") != ""]
     return statistics.median(v) if v else None
 def f(v, d=1):
     return "—" if v is None else f"{v:.{d}f}"
@@ -413,8 +420,8 @@ def name(wl):
     return f"{t} {d}{' s=' + s if d == 'zipf' else ''} {k:,} keys {w:g}% writes"
 rounds = max(int(r["round"]) for r in rows)
 L = [header, "", f"Medians over {rounds} round(s); latencies per round trip, µs; per op = per application operation.", "",
-     "| workload | side | ops/s | p50 | p99 | p99.9 | L1 hit ratio | sidecache upstream cmds/op | Redis cmds/op | Redis CPU µs/op | sidecache CPU µs/op |",
-     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+     "| workload | side | ops/s | p50 | p99 | p99.9 | SET p50 / p99 | L1 hit ratio | sidecache upstream cmds/op | Redis cmds/op | Redis CPU µs/op | sidecache CPU µs/op |",
+     "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
 for wl in order:
     for side in sides:
         rs = groups.get((wl, side))
@@ -422,7 +429,7 @@ for wl in order:
             continue
         m = {k: med(rs, k) for k in num}
         L.append(f"| {name(wl)} | {side} | {f(m['ops_per_s'], 0)} | {f(m['p50_us'])} | {f(m['p99_us'])} | {f(m['p999_us'])} | "
-                 f"{f(m['hit_ratio'], 3)} | {f(m['sc_upstream_cmds_per_op'], 3)} | {f(m['redis_cmds_per_op'], 3)} | "
+                 f"{f(m['set_p50_us'])} / {f(m['set_p99_us'])} | {f(m['hit_ratio'], 3)} | {f(m['sc_upstream_cmds_per_op'], 3)} | {f(m['redis_cmds_per_op'], 3)} | "
                  f"{f(m['redis_cpu_us_per_op'], 2)} | {f(m['sc_cpu_us_per_op'], 2)} |")
 if "default" in sides and "bcast" in sides:
     L += ["", "Side by side (default = optin tracking):", "",
@@ -497,9 +504,9 @@ EOF
 
 mkdir -p "$RESULTS_DIR"
 case "$CMD" in
-  run)
+  run | write-heavy)
     run_workloads < <(for w in $WRITE_PCTS; do echo "$TYPE $DIST $ZIPF_S $KEYS $w"; done)
-    HEADER+=" \`bench/workload.sh\` OPS=$OPS CONNS=$CONNS PROCS=$PROCS PIPELINE=$PIPELINE VALUE_SIZE=$VALUE_SIZE WARM_OPS=$WARM_OPS ROUNDS=$ROUNDS."
+    HEADER+=" \`bench/workload.sh $CMD\` KEYS=$KEYS DIST=$DIST ZIPF_S=$ZIPF_S OPS=$OPS CONNS=$CONNS PROCS=$PROCS PIPELINE=$PIPELINE VALUE_SIZE=$VALUE_SIZE WARM_OPS=$WARM_OPS ROUNDS=$ROUNDS."
     report_load 0
     ;;
   matrix)

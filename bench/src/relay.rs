@@ -48,7 +48,7 @@ use bytes::{Buf, BytesMut};
 use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
 
 mod sock;
-mod thread;
+pub mod thread;
 use sock::connect_nonblocking;
 pub use sock::Upstream;
 use socket2::Socket;

@@ -8,7 +8,15 @@
 //! round trip. Only round trips that end inside the measured window (after
 //! `--warmup`) count. Prints one CSV line:
 //! `rps,p50_us,p99_us,mean_us,requests,errors,nils` (nils: GETs answered
-//! `$-1`; MGET replies are not looked into). Keys are redis-benchmark's:
+//! `$-1`; MGET replies are not looked into).
+//!
+//! `--rate R` makes the load open: R round trips a second in all, each
+//! connection on a thread of its own sending at R / clients a second with
+//! exponential gaps (Poisson arrivals), and every latency counted from the
+//! round trip's *intended* send time, so a send delayed by a slow reply
+//! waits in the figure too (no coordinated omission). The threads sleep
+//! with a 1 ns timer slack (`/proc/TID/timerslack_ns`). The CSV line then
+//! ends with the p99.9 (`…,nils,p999_us`). Keys are redis-benchmark's:
 //! `key:%012d` (`counter:%012d` for INCR), uniformly random in
 //! `0..--keyspace`.
 
@@ -71,6 +79,10 @@ struct Args {
     /// Write the histogram here (`us,count` lines).
     #[arg(long)]
     hist: Option<std::path::PathBuf>,
+    /// Open loop: round trips per second in all (Poisson arrivals, latency
+    /// from the intended send time; one thread per connection).
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// Builds the commands of one round trip.
@@ -176,7 +188,12 @@ fn main() -> Result<()> {
         value: value.clone(),
         rng: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ now_seed(),
     };
-    let (tally, measured) = if a.clients == 1 {
+    let (tally, measured) = if let Some(rate) = a.rate {
+        if !rate.is_finite() || rate <= 0.0 {
+            bail!("--rate must be positive");
+        }
+        open_loop(&a, rate, &gen)?
+    } else if a.clients == 1 {
         let start = Instant::now();
         let mut t = Tally::default();
         let mut g = gen(0);
@@ -281,7 +298,7 @@ fn main() -> Result<()> {
     };
     let secs = measured.as_secs_f64();
     let h = &tally.hist;
-    println!(
+    print!(
         "{:.0},{:.1},{:.1},{:.1},{},{},{}",
         tally.requests as f64 / secs,
         h.quantile_us(0.5),
@@ -291,6 +308,10 @@ fn main() -> Result<()> {
         tally.errors,
         tally.nils
     );
+    if a.rate.is_some() {
+        print!(",{:.1}", h.quantile_us(0.999));
+    }
+    println!();
     if let Some(p) = &a.hist {
         let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
         writeln!(f, "us,count")?;
@@ -299,6 +320,94 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The open-loop load (`--rate`): one thread per connection, each sending
+/// at `rate / clients` a second on a Poisson schedule, one round trip at a
+/// time; latencies from the intended send times. Returns the merged tally
+/// and the measured window.
+fn open_loop(a: &Args, rate: f64, gen: &dyn Fn(u64) -> Gen) -> Result<(Tally, Duration)> {
+    let start = Instant::now();
+    let warm = Duration::from_secs_f64(a.warmup);
+    let window = Duration::from_secs_f64(a.seconds);
+    let (from, until) = (start + warm, start + warm + window);
+    // Mean gap between one connection's sends, in seconds.
+    let mean = a.clients as f64 / rate;
+    let mut threads = Vec::new();
+    for c in 0..a.clients {
+        let mut g = gen(c as u64);
+        let (addr, socket, pipeline) = (a.addr.clone(), a.socket.clone(), a.pipeline);
+        let offset = Duration::from_secs_f64(mean * c as f64 / a.clients as f64);
+        threads.push(std::thread::spawn(move || -> Result<Tally> {
+            if let Some(tid) = sidecache_bench::relay::thread::thread_id() {
+                sidecache_bench::relay::thread::set_timer_slack_1ns(tid);
+            }
+            let mut s: Box<dyn Stream> = match &socket {
+                Some(p) => Box::new(std::os::unix::net::UnixStream::connect(p)?),
+                None => {
+                    let s = std::net::TcpStream::connect(&addr)?;
+                    s.set_nodelay(true)?;
+                    Box::new(s)
+                }
+            };
+            let mut t = Tally::default();
+            let (mut out, mut rd) = (Vec::new(), vec![0u8; 64 * 1024]);
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            let mut scanner = Scanner::new();
+            // Connections start spread over one mean gap.
+            let mut due = start + offset;
+            loop {
+                // Exponential gap: -ln(U) × mean, U in (0, 1].
+                let u = (g.key() % 1_000_000 + 1) as f64 / 1_000_000.0;
+                due += Duration::from_secs_f64(-u.ln() * mean);
+                if due >= until {
+                    return Ok(t);
+                }
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                out.clear();
+                for _ in 0..pipeline {
+                    g.push(&mut out);
+                }
+                s.write_all(&out)?;
+                let mut got = 0;
+                let mut scratch = Replies::default();
+                while got < pipeline {
+                    match scanner.scan(&buf) {
+                        Ok(Some(len)) => {
+                            let f = buf.split_to(len);
+                            check(&f, &mut scratch);
+                            got += 1;
+                            continue;
+                        }
+                        Ok(None) => {}
+                        Err(_) => bail!("bad RESP from the server"),
+                    }
+                    let n = s.read(&mut rd)?;
+                    if n == 0 {
+                        bail!("connection closed");
+                    }
+                    buf.extend_from_slice(&rd[..n]);
+                }
+                if due >= from {
+                    t.hist.record(due.elapsed());
+                    t.requests += pipeline as u64;
+                    t.errors += scratch.errors;
+                    t.nils += scratch.nils;
+                }
+            }
+        }));
+    }
+    let mut all = Tally::default();
+    for th in threads {
+        let t = th
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+        all.merge(&t);
+    }
+    Ok((all, window))
 }
 
 /// A seed from the clock, so two runs do not read the same key sequence.

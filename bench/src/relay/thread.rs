@@ -23,7 +23,7 @@ impl RelayStats {
 }
 
 /// This thread's id, from `/proc/thread-self` (Linux only).
-pub(super) fn thread_id() -> Option<u64> {
+pub fn thread_id() -> Option<u64> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_str()?.parse().ok()
 }
@@ -31,6 +31,6 @@ pub(super) fn thread_id() -> Option<u64> {
 /// Sets thread `tid`'s timer slack to 1 ns (`/proc/TID/timerslack_ns`; a
 /// thread's own `/proc/thread-self` directory has no `timerslack_ns`).
 /// `false` where it fails.
-pub(super) fn set_timer_slack_1ns(tid: u64) -> bool {
+pub fn set_timer_slack_1ns(tid: u64) -> bool {
     std::fs::write(format!("/proc/{tid}/timerslack_ns"), "1").is_ok()
 }

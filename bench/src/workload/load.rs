@@ -251,11 +251,16 @@ async fn drive(
         }
         let sent = Instant::now();
         s.write_all(&out).await?;
+        let reads = t.reads;
         for &op in &ops {
             let f = read_frame(&mut s, &mut buf, &mut sc).await?;
             g.reply(op, f, &mut t);
         }
-        t.hist.record(sent.elapsed());
+        let took = sent.elapsed();
+        t.hist.record(took);
+        if t.reads == reads {
+            t.write_hist.record(took);
+        }
     }
 }
 

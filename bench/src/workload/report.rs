@@ -15,6 +15,9 @@ use crate::hist::Histogram;
 pub(crate) struct Tally {
     /// Round-trip latencies (one per pipeline of operations).
     pub(crate) hist: Histogram,
+    /// Those of round trips of writes only (every write's, at
+    /// `--pipeline 1`): a write-behind write's acknowledgement.
+    pub(crate) write_hist: Histogram,
     pub(crate) reads: u64,
     pub(crate) writes: u64,
     pub(crate) errors: u64,
@@ -26,6 +29,7 @@ impl Tally {
     pub(crate) fn new() -> Tally {
         Tally {
             hist: Histogram::new(),
+            write_hist: Histogram::new(),
             reads: 0,
             writes: 0,
             errors: 0,
@@ -36,6 +40,7 @@ impl Tally {
 
     pub(crate) fn merge(&mut self, o: &Tally) {
         self.hist.merge(&o.hist);
+        self.write_hist.merge(&o.write_hist);
         self.reads += o.reads;
         self.writes += o.writes;
         self.errors += o.errors;
@@ -55,16 +60,19 @@ pub(crate) struct Report {
 
 /// The first line of a report file.
 const MAGIC: &str = "sidecache-bench workload report 1";
+/// The line before the writes' histogram in a report file.
+const WRITES: &str = "writes";
 
 impl Report {
     /// The line printed: `ops secs ops_per_s p50_us p99_us p999_us mean_us
-    /// max_us reads writes errors nils backwards`.
+    /// max_us reads writes errors nils backwards set_p50_us set_p99_us`
+    /// (the last two: round trips of writes only).
     pub(crate) fn line(&self) -> String {
         let t = &self.tally;
         let h = &t.hist;
         let ops = t.reads + t.writes;
         format!(
-            "ops={ops} secs={:.3} ops_per_s={:.0} p50_us={:.1} p99_us={:.1} p999_us={:.1} mean_us={:.1} max_us={:.1} reads={} writes={} errors={} nils={} backwards={}",
+            "ops={ops} secs={:.3} ops_per_s={:.0} p50_us={:.1} p99_us={:.1} p999_us={:.1} mean_us={:.1} max_us={:.1} reads={} writes={} errors={} nils={} backwards={} set_p50_us={:.1} set_p99_us={:.1}",
             self.secs,
             ops as f64 / self.secs,
             h.quantile_us(0.5),
@@ -76,12 +84,15 @@ impl Report {
             t.writes,
             t.errors,
             t.nils,
-            t.backwards
+            t.backwards,
+            t.write_hist.quantile_us(0.5),
+            t.write_hist.quantile_us(0.99)
         )
     }
 
     /// The report file's text: a magic line, a line of `key=value` figures,
-    /// then the histogram ([`Histogram::to_text`]).
+    /// then the histogram ([`Histogram::to_text`]), a line [`WRITES`] and
+    /// the writes' histogram.
     pub(crate) fn to_text(&self) -> String {
         let t = &self.tally;
         format!(
@@ -94,7 +105,9 @@ impl Report {
             t.nils,
             t.backwards,
             t.hist.to_text()
-        )
+        ) + WRITES
+            + "\n"
+            + &t.write_hist.to_text()
     }
 
     /// Reads what [`Report::to_text`] wrote.
@@ -104,10 +117,20 @@ impl Report {
             bail!("not a workload report (its first line is not {MAGIC:?})");
         }
         let figures = parts.next().context("no figures line")?;
-        let hist = Histogram::from_text(parts.next().unwrap_or_default())?;
+        let rest = parts.next().unwrap_or_default();
+        let (all, writes) = rest
+            .split_once(&format!("\n{WRITES}\n"))
+            .unwrap_or((rest, ""));
+        let hist = Histogram::from_text(all)?;
+        let write_hist = if writes.is_empty() {
+            Histogram::new()
+        } else {
+            Histogram::from_text(writes)?
+        };
         let mut r = Report {
             tally: Tally {
                 hist,
+                write_hist,
                 ..Tally::new()
             },
             start_unix_ns: 0,
