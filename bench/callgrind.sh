@@ -22,6 +22,9 @@
 #        sidecache's (user space only for both: the kernel's share, the
 #        socket calls, is not counted by callgrind)
 #        OUT=dir (keeps the callgrind files there)
+#        READ_FIRST=0: the keys are written but not read through sidecache
+#        before the loads (a write-only load: SET of keys nobody reads;
+#        GET then misses)
 #        TRACKING_CLIENT=1: a client that turned CLIENT TRACKING on (RESP3)
 #        stays connected, idle, through the loads: what sidecache's own
 #        bookkeeping for tracking clients costs the requests of others
@@ -73,8 +76,10 @@ fi
 # read once.
 redis-benchmark -p "$SP" -c 1 -n "$((KEYSPACE * 3))" -r "$KEYSPACE" -d "$DATA_SIZE" -t set -q >/dev/null
 sleep 1
-awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' |
-  redis-cli -p "$SP" --pipe >/dev/null
+if [[ "${READ_FIRST:-1}" == 1 ]]; then
+  awk -v n="$KEYSPACE" 'BEGIN { for (i = 0; i < n; i++) printf "GET key:%012d\r\n", i }' |
+    redis-cli -p "$SP" --pipe >/dev/null
+fi
 # Reads beyond GET: the command redis-benchmark sends, and the keys of
 # their type written and read once (cached) first.
 read_cmd() {

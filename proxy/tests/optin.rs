@@ -29,6 +29,10 @@ use support::{info_field, upstream_calls, Cluster, Proxy, RedisServer};
 /// Every proxy here runs optin (the default, named so it stays optin).
 const OPTIN: &[&str] = &["--tracking", "optin"];
 
+/// Writes of a key with no read between that are still re-read
+/// (`sidecache_l1`'s `UNREAD_WRITES`); the next one is not cached.
+const UNREAD_WRITES: usize = 64;
+
 /// Writes through the proxy, waits for the flush. The keys read before
 /// their write were registered again and read back in the write's
 /// pipeline (`sidecache_pool::coherence::refill`): they stay cached. The
@@ -110,9 +114,9 @@ async fn a_foreign_change_between_an_own_write_and_its_registration_is_seen() {
                 let _: Option<String> = c.get(&key).await.unwrap();
                 let _: () = c.set(&key, &own).await.unwrap();
             } else {
-                // Written ten times, no read between: the last ones are
-                // not cached.
-                for n in 0..9 {
+                // Written UNREAD_WRITES + 2 times, no read between: the
+                // last ones are not cached.
+                for n in 0..=UNREAD_WRITES {
                     let _: () = c.set(&key, format!("earlier{round}.{n}")).await.unwrap();
                 }
                 let _: () = c.set(&key, &own).await.unwrap();
@@ -167,7 +171,7 @@ async fn a_foreign_change_between_an_own_write_and_its_registration_is_seen() {
 }
 
 /// A key written again and again with no read between costs Redis a plain
-/// `SET` each time once eight writes went unread: nothing is cached,
+/// `SET` each time once 64 writes went unread: nothing is cached,
 /// released, re-read or echoed. A read between two writes brings the
 /// re-read back for the next writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,9 +185,10 @@ async fn writes_with_no_read_between_are_not_cached_and_cost_redis_only_the_set(
         cache(&mut c, &format!("w:{i}")).await;
     }
     let pttls = upstream_calls(&redis, "pttl").await;
-    // Rounds 0–7 re-read (the keys were read eight writes ago or less);
-    // rounds 8 and 9 are not cached.
-    for round in 0..10 {
+    // The first UNREAD_WRITES rounds re-read (the keys were read that many
+    // writes ago or less); the two after them are not cached.
+    let rounds = UNREAD_WRITES + 2;
+    for round in 0..rounds {
         let mut p = redis::pipe();
         for i in 0..50 {
             p.set(format!("w:{i}"), format!("r{round}")).ignore();
@@ -193,21 +198,23 @@ async fn writes_with_no_read_between_are_not_cached_and_cost_redis_only_the_set(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let inf = info(&mut c).await;
-    assert_eq!(info_field(&inf, "written_kept"), 400, "{inf}");
+    let kept = 50 * UNREAD_WRITES as u64;
+    assert_eq!(info_field(&inf, "written_kept"), kept, "{inf}");
     assert_eq!(info_field(&inf, "written_uncached"), 100, "{inf}");
     assert_eq!(info_field(&inf, "written_released"), 0, "{inf}");
     // Echoes: the writes of keys registered for this sidecache, by the
-    // fills (round 0) and by each re-read (rounds 1–8); none after.
-    assert_eq!(info_field(&inf, "tracking_echoes"), 450, "{inf}");
+    // fills (round 0) and by each re-read (the rounds after, up to the
+    // first not cached); none after.
+    assert_eq!(info_field(&inf, "tracking_echoes"), kept + 50, "{inf}");
     assert_eq!(
         upstream_calls(&redis, "pttl").await,
-        pttls + 400,
-        "one re-read each, in rounds 0–7 only"
+        pttls + kept,
+        "one re-read each, in the first UNREAD_WRITES rounds only"
     );
     // Read between: the next write is re-read again and stays cached.
     for i in 0..50 {
         let got: String = c.get(format!("w:{i}")).await.unwrap();
-        assert_eq!(got, "r9");
+        assert_eq!(got, format!("r{}", rounds - 1));
     }
     for i in 0..50 {
         let _: () = c.set(format!("w:{i}"), "r3").await.unwrap();
@@ -215,7 +222,7 @@ async fn writes_with_no_read_between_are_not_cached_and_cost_redis_only_the_set(
     wait_field(&mut c, "write_queue_depth", 0, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let inf = info(&mut c).await;
-    assert_eq!(info_field(&inf, "written_kept"), 450, "{inf}");
+    assert_eq!(info_field(&inf, "written_kept"), kept + 50, "{inf}");
     let gets = upstream_calls(&redis, "get").await;
     for i in 0..50 {
         let got: String = c.get(format!("w:{i}")).await.unwrap();

@@ -232,25 +232,7 @@ fn main() -> Result<()> {
             }
             let sent = Instant::now();
             s.write_all(&out)?;
-            let mut got = 0;
-            let mut scratch = Replies::default();
-            while got < a.pipeline {
-                match scanner.scan(&buf) {
-                    Ok(Some(len)) => {
-                        let f = buf.split_to(len);
-                        check(&f, &mut scratch);
-                        got += 1;
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(_) => bail!("bad RESP from the server"),
-                }
-                let n = s.read(&mut rd)?;
-                if n == 0 {
-                    bail!("connection closed");
-                }
-                buf.extend_from_slice(&rd[..n]);
-            }
+            let scratch = read_replies(&mut *s, &mut buf, &mut scanner, &mut rd, a.pipeline)?;
             if in_window {
                 t.hist.record(sent.elapsed());
                 t.requests += a.pipeline as u64;
@@ -322,6 +304,37 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Reads `n` replies on a blocking stream (`buf` keeps what follows
+/// them); their errors and nils.
+fn read_replies(
+    s: &mut dyn Stream,
+    buf: &mut BytesMut,
+    scanner: &mut Scanner,
+    rd: &mut [u8],
+    n: usize,
+) -> Result<Replies> {
+    let mut got = 0;
+    let mut replies = Replies::default();
+    while got < n {
+        match scanner.scan(buf) {
+            Ok(Some(len)) => {
+                let f = buf.split_to(len);
+                check(&f, &mut replies);
+                got += 1;
+                continue;
+            }
+            Ok(None) => {}
+            Err(_) => bail!("bad RESP from the server"),
+        }
+        let read = s.read(rd)?;
+        if read == 0 {
+            bail!("connection closed");
+        }
+        buf.extend_from_slice(&rd[..read]);
+    }
+    Ok(replies)
+}
+
 /// The open-loop load (`--rate`): one thread per connection, each sending
 /// at `rate / clients` a second on a Poisson schedule, one round trip at a
 /// time; latencies from the intended send times. Returns the merged tally
@@ -372,25 +385,7 @@ fn open_loop(a: &Args, rate: f64, gen: &dyn Fn(u64) -> Gen) -> Result<(Tally, Du
                     g.push(&mut out);
                 }
                 s.write_all(&out)?;
-                let mut got = 0;
-                let mut scratch = Replies::default();
-                while got < pipeline {
-                    match scanner.scan(&buf) {
-                        Ok(Some(len)) => {
-                            let f = buf.split_to(len);
-                            check(&f, &mut scratch);
-                            got += 1;
-                            continue;
-                        }
-                        Ok(None) => {}
-                        Err(_) => bail!("bad RESP from the server"),
-                    }
-                    let n = s.read(&mut rd)?;
-                    if n == 0 {
-                        bail!("connection closed");
-                    }
-                    buf.extend_from_slice(&rd[..n]);
-                }
+                let scratch = read_replies(&mut *s, &mut buf, &mut scanner, &mut rd, pipeline)?;
                 if due >= from {
                     t.hist.record(due.elapsed());
                     t.requests += pipeline as u64;

@@ -16,7 +16,7 @@
 //! A write-behind write whose keys are being read (`Write::refill`: the
 //! L1's read marks, set by a fill and by a hit on a written or re-read
 //! value, say whether the key was read within `--l1-ttl-cap`, which no
-//! filled entry outlives, and fewer than eight writes of it ago) is
+//! filled entry outlives, and fewer than 64 writes of it ago) is
 //! followed, in the same batch on the invalidation channel's connection,
 //! by a *re-read* of each of its keys:
 //!
@@ -50,8 +50,9 @@
 //! and again with no read between (a counter, a rate limit, a write-only
 //! load) was re-read after every write, each write then also reported back
 //! as an echo: 2.6–3.2× Redis's instructions per SET (issue #57). So a key
-//! is re-read for eight unread writes at most (four measured 0.93–0.94× of
-//! BCAST's hit ratio at 50% writes); from the ninth its writes
+//! is re-read for 64 unread writes at most (four measured 0.93–0.94× of
+//! BCAST's hit ratio at 50% writes, eight halved it at 90% writes of hot
+//! keys: `sidecache_l1`'s marks); from the 65th its writes
 //! are not cached at all (`sidecache_l1`'s `Fate::Unread`: no insert, no
 //! release, no re-read, and no echo, the last registration being taken by
 //! the write after it), until a read.

@@ -11,37 +11,21 @@
 //! parses before, about 60 after).
 
 /// The keys of an encoded `SET key …` or `MSET k v k v …`, as slices of
-/// it; none for anything else.
+/// it; for any other command, its first argument.
 pub(crate) fn keys_of(cmd: &[u8]) -> Keys<'_> {
-    if let Some(key) = set_key(cmd) {
-        return Keys {
-            one: Some(key),
-            pairs: Args::EMPTY,
-        };
-    }
-    let mut args = Args::new(cmd);
-    let mset = args
-        .next()
-        .is_some_and(|name| name.eq_ignore_ascii_case(b"MSET"));
-    if mset {
-        Keys {
-            one: None,
-            pairs: args,
-        }
-    } else {
-        // SET's one key: taken, not stepped past (stepping would parse the
-        // rest of the command for nothing).
-        Keys {
-            one: args.next(),
-            pairs: Args::EMPTY,
-        }
-    }
+    keys(cmd, true)
 }
 
 /// The keys of a write-behind write (`SET`, `MSET`) as slices of it; none
 /// for any other command, such as a re-read's `MGET` or `PTTL` in the same
 /// batch (where [`keys_of`] would take the first argument for the key).
 pub(crate) fn written_keys(cmd: &[u8]) -> Keys<'_> {
+    keys(cmd, false)
+}
+
+/// [`keys_of`] (`any`: another command's first argument too) and
+/// [`written_keys`].
+fn keys(cmd: &[u8], any: bool) -> Keys<'_> {
     if let Some(key) = set_key(cmd) {
         return Keys {
             one: Some(key),
@@ -54,7 +38,9 @@ pub(crate) fn written_keys(cmd: &[u8]) -> Keys<'_> {
             one: None,
             pairs: args,
         },
-        Some(name) if name.eq_ignore_ascii_case(b"SET") => Keys {
+        // SET's one key: taken, not stepped past (stepping would parse the
+        // rest of the command for nothing).
+        Some(name) if any || name.eq_ignore_ascii_case(b"SET") => Keys {
             one: args.next(),
             pairs: Args::EMPTY,
         },
