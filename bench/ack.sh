@@ -13,7 +13,7 @@
 # p99.9 (µs), and what sidecache's INFO says of the queue (writes that
 # waited for room, the deepest queue seen in the polls).
 #
-# Knobs: CLIENTS=32 SECS=5 WARMUP=1 ROUNDS=3 SHARES="25 50 80 100"
+# Knobs: CLIENTS=8 SECS=5 WARMUP=1 ROUNDS=3 SHARES="25 50 80 100"
 #        KEYSPACE=100000 DATA_SIZE=64 SIDECACHE_BIN=target/release/sidecache
 #        LATBENCH_BIN=target/release/latbench ARGS="" (extra sidecache flags)
 # Output: a markdown table on stdout. Only processes it started are stopped
@@ -23,7 +23,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 TARGET="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release"
 SC="${SIDECACHE_BIN:-$TARGET/sidecache}"; LB="${LATBENCH_BIN:-$TARGET/latbench}"
-CLIENTS="${CLIENTS:-32}"; SECS="${SECS:-5}"; WARMUP="${WARMUP:-1}"; ROUNDS="${ROUNDS:-3}"
+CLIENTS="${CLIENTS:-8}"; SECS="${SECS:-5}"; WARMUP="${WARMUP:-1}"; ROUNDS="${ROUNDS:-3}"
 SHARES="${SHARES:-25 50 80 100}"; KEYSPACE="${KEYSPACE:-100000}"; DATA_SIZE="${DATA_SIZE:-64}"
 for b in "$SC" "$LB"; do
   [[ -x "$b" ]] || { echo "no binary at $b (cargo build --release -p sidecache -p sidecache-bench)" >&2; exit 1; }
