@@ -19,10 +19,10 @@ pub struct Written {
     pub cached: bool,
     /// The write should register the key again with the upstream, so that
     /// it stays cached once it lands (see [`L1::refill_written`]): the key
-    /// was read within the TTL cap and since its last write (a fill, or a
-    /// hit on a written or re-read value), or, for a key with no recent
-    /// mark, the proxy's unread writes are being read later (measured on
-    /// a sample: `marks`' module docs).
+    /// was read within the TTL cap and fewer than `UNREAD_WRITES` writes of
+    /// it ago (a fill, or a hit on a written or re-read value), or, for a
+    /// key with no read known, the proxy's unread writes are being read
+    /// later (measured on a sample): `marks`' module docs.
     pub reread: bool,
 }
 
@@ -101,7 +101,7 @@ impl L1 {
     /// value is the key's value from now on, until `deadline`. Like an
     /// invalidation, it discards fills in flight. Returns whether it was
     /// cached (a filtered key, an oversized value, and under optin a key
-    /// written before and not read since are only invalidated),
+    /// no longer read, [`Fate::Unread`], are only invalidated),
     /// and whether the write should re-read the key ([`Written::reread`]). `now` is the caller's clock read (one per write, not one per
     /// step).
     pub fn insert_written(
@@ -123,7 +123,7 @@ impl L1 {
         self.epochs[(hash as usize) & (BUCKETS - 1)].fetch_add(1, Ordering::AcqRel);
         let fate = self.marks.written(hash, now);
         let reread = fate == Fate::Reread;
-        // Predicted unread (written before, not read since): not cached, as
+        // Predicted unread (no read for many writes): not cached, as
         // if evicted at once, which saves the insert and the release at
         // its landing. An earlier value still cached goes (contract 1: a
         // read before this write lands misses and waits for it upstream).

@@ -168,7 +168,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;
-use sidecache_resp::frame::{self, Value};
+use sidecache_resp::frame;
 use smallvec::SmallVec;
 use tracing::{info, warn};
 
@@ -629,86 +629,8 @@ impl Channel {
     }
 }
 
-/// What an `invalidate` push names: its keys, or `None` for a null (a
-/// flush).
-type Invalidated = Option<SmallVec<[Bytes; 2]>>;
-
-/// How Redis and Valkey frame an invalidation of keys, up to its count.
-const INVALIDATE_KEYS: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*";
-
-/// The keys of an `invalidate` push framed as Redis frames it
-/// (`>2 $10 invalidate *N $len key …`), as slices of the frame: no decode
-/// of a general value, no allocation for one or two keys. `None` for any
-/// other shape, which [`decode_invalidation`] reads.
-fn invalidated_keys(frame: &Bytes) -> Option<SmallVec<[Bytes; 2]>> {
-    if !frame.starts_with(INVALIDATE_KEYS) {
-        return None;
-    }
-    let (n, mut at) = line_number(frame, INVALIDATE_KEYS.len())?;
-    let mut keys = SmallVec::new();
-    for _ in 0..n {
-        if frame.get(at) != Some(&b'$') {
-            return None;
-        }
-        let (len, start) = line_number(frame, at + 1)?;
-        let end = start.checked_add(len)?;
-        if frame.get(end..end.checked_add(2)?) != Some(&b"\r\n"[..]) {
-            return None;
-        }
-        keys.push(frame.slice(start..end));
-        at = end + 2;
-    }
-    (at == frame.len()).then_some(keys)
-}
-
-/// The decimal number at `from` and the index after its `\r\n`.
-fn line_number(buf: &[u8], from: usize) -> Option<(usize, usize)> {
-    let mut v: usize = 0;
-    let mut i = from;
-    while let Some(&d) = buf.get(i) {
-        if d == b'\r' {
-            break;
-        }
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
-        i += 1;
-    }
-    if i == from || buf.get(i + 1) != Some(&b'\n') {
-        return None;
-    }
-    Some((v, i + 2))
-}
-
-/// Any `invalidate` push, read by the general decode: `None` when it is
-/// not one.
-fn decode_invalidation(frame: &Bytes) -> Option<Invalidated> {
-    let Ok(Value::Push(items)) = Value::decode(frame) else {
-        return None;
-    };
-    let mut items = items.into_iter();
-    let is_invalidate = items
-        .next()
-        .as_ref()
-        .and_then(Value::as_bytes)
-        .is_some_and(|k| k.eq_ignore_ascii_case(b"invalidate"));
-    if !is_invalidate {
-        return None;
-    }
-    match items.next() {
-        Some(Value::Array(keys)) | Some(Value::Set(keys)) => Some(Some(
-            keys.into_iter()
-                .filter_map(|k| match k {
-                    Value::Bulk(b) | Value::Status(b) => Some(b),
-                    _ => None,
-                })
-                .collect(),
-        )),
-        _ => Some(None),
-    }
-}
-
 mod due;
+mod push;
+use push::{decode_invalidation, invalidated_keys};
 #[cfg(test)]
 mod tests;

@@ -322,8 +322,9 @@ impl Client {
     /// The written values become what the L1 serves (or, for KEEPTTL, whose
     /// remaining TTL the proxy does not know, the keys are dropped).
     /// Returns the clock it read (when the write was acknowledged),
-    /// whether a key was read since its last write (the write then
-    /// re-reads its keys once landed, to keep them cached), and whether
+    /// whether a key is being read (`sidecache_l1`'s read marks: the
+    /// write then re-reads its keys once landed, to keep them cached), and
+    /// whether
     /// any written value is cached (to be released once it lands).
     fn cache_written(
         &mut self,

@@ -202,7 +202,7 @@ impl Echo {
     }
 
     /// The keys command `n` of `payload` wrote (SET, MSET: what
-    /// write-behind sends, [`keys_of`]); none for anything else. Read in
+    /// write-behind sends, [`written_keys`]); none for anything else. Read in
     /// place, as the batcher reads a landed write's keys: no decode of the
     /// command's value, one slice per key.
     pub(super) fn written(&mut self, payload: &Bytes, n: usize) -> SmallVec<[Bytes; 2]> {
