@@ -351,7 +351,7 @@ impl Client {
         shared: Arc<Shared>,
         addr: String,
         laddr: String,
-        kill: tokio_util::sync::CancellationToken,
+        kill: crate::state::kill::Kill,
     ) -> Client {
         let id = shared.next_client_id();
         let entry = ClientEntry {

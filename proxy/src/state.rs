@@ -7,6 +7,7 @@
 
 pub mod clients;
 pub mod flight;
+pub mod kill;
 pub mod pause;
 pub mod stale;
 pub mod turns;

@@ -288,8 +288,8 @@ async fn client_unblock_through_sidecache() {
 /// come, first served, and so must sidecache: before the runtime's LIFO
 /// slot was turned off it read the second socket first in almost every
 /// round, and the first client then blocked for ever.
-/// On the proxy's own runtime (`sidecache::runtime`), with one worker as
-/// on a 2-CPU machine.
+/// On the proxy's own runtime (`sidecache::runtime`), with one thread as
+/// on a 2-CPU machine (tokio's current-thread runtime).
 #[test]
 fn blocked_clients_are_served_in_the_order_they_blocked() {
     sidecache::runtime(1).unwrap().block_on(served_in_order());

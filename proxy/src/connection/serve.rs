@@ -37,10 +37,10 @@ pub async fn serve<S>(
     let query_limit = shared.config.client_query_buffer_limit as usize;
     // Cancelled by CLIENT KILL, or at shutdown (which cancels every
     // registered client's; one registering now checks the shared token
-    // after registering). A token of its own, not a child of `shutdown`:
+    // after registering). A switch of its own, not a child of `shutdown`:
     // waiting on a child token cost a GET hit 150 more instructions
     // (bench/callgrind.sh).
-    let kill = CancellationToken::new();
+    let kill = crate::state::kill::Kill::default();
     let mut client = Client::new(Arc::clone(&shared), addr, laddr, kill.clone());
     if shutdown.is_cancelled() {
         kill.cancel();
@@ -49,6 +49,9 @@ pub async fn serve<S>(
     parser.unauthenticated = !client.st.authenticated;
     let mut rbuf = BytesMut::with_capacity(16 * 1024);
     let mut req = Request::default();
+    // One wait for the kill, polled again at every read (`state::kill`).
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
     client.metrics.read();
     'conn: loop {
         let mut close = false;
@@ -218,7 +221,7 @@ pub async fn serve<S>(
         rbuf.reserve(want.clamp(least, 1024 * 1024));
         tokio::select! {
             biased;
-            _ = kill.cancelled() => break,
+            () = &mut killed => break,
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {

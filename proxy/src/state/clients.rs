@@ -100,7 +100,7 @@ pub struct ClientEntry {
     pub activity: Arc<Activity>,
     /// Cancelled to close the connection (CLIENT KILL; shutdown cancels
     /// every client's).
-    pub kill: tokio_util::sync::CancellationToken,
+    pub kill: crate::state::kill::Kill,
 }
 
 impl ClientEntry {
