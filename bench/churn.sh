@@ -44,12 +44,13 @@ echo "[churn] writing $KEYS keys (values: $VALUES) to Redis" >&2
 awk -v n="$KEYS" -v mode="$VALUES" 'BEGIN {
   srand(7)
   small = sprintf("%064d", 7); kb = sprintf("%01024d", 7)
+  big = kb; while (length(big) < 65536) big = big big
   for (i = 0; i < n; i++) {
     if (mode == "mix") {
       r = rand()
       if (r < 0.80) v = small
       else if (r < 0.95) v = kb
-      else { len = 16384 + int(rand() * 49152); v = sprintf("%0" len "d", 7) }
+      else v = substr(big, 1, 16384 + int(rand() * 49152))
     } else if (mode == 1024) v = kb
     else v = small
     printf "*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$%d\r\n%s\r\n", i, length(v), v

@@ -35,9 +35,55 @@ use crate::stats::{Stats, StatsSnapshot};
 
 /// Epoch buckets (a power of two).
 const BUCKETS: usize = 4096;
-/// Estimated bytes an entry costs beyond its key and value (key struct,
-/// deadline, table slot, queue links, allocation headers).
-pub const ENTRY_OVERHEAD: u64 = 128;
+/// Bytes one slot of the store's slab holds: the key and entry structs,
+/// quick_cache's per-entry state, reference count and enum tag, and the
+/// slab's two links (152 bytes with the 56-byte key and 72-byte entry).
+/// A ghost (a recently evicted key's hash, which S3-FIFO keeps to admit it
+/// straight back) takes a whole slot too.
+const SLOT: u64 = (std::mem::size_of::<CacheKey>() + std::mem::size_of::<Entry>() + 24) as u64;
+/// The store's hash table per entry: a 4-byte token and a control byte,
+/// at the table's load after growth.
+const TABLE: u64 = 16;
+/// What churn costs beyond the allocations themselves: malloc's free
+/// chunks between live ones, and the slots and table buckets a shard
+/// keeps at its high-water mark. Measured with `bench/churn.sh` (10^6
+/// keys, 64-byte values, through a 64 MiB L1): resident memory grew
+/// 4.7 MB beyond the entries' charge, about 21 bytes an entry.
+const CHURN: u64 = 24;
+/// What an entry costs beyond its key's and value's heap allocations:
+/// its slab slot, its share of the hash table and of churn. With them and the
+/// allocations as malloc rounds them ([`heap_bytes`]), `--l1-max-bytes`
+/// is what the L1 adds to the process's resident memory, not an estimate
+/// of it (issue #60: a 128-byte estimate let RSS grow 1.63× the bound).
+pub const ENTRY_OVERHEAD: u64 = SLOT + TABLE + CHURN;
+
+/// Evicted keys remembered per estimated entry (quick_cache's ghost
+/// allocation; its default is 0.5). Each costs a slot, and their slots are
+/// held out of `--l1-max-bytes` ([`L1::history_bytes`]).
+const GHOSTS_PER_ENTRY: f64 = 0.25;
+/// The entry size the store is sized for (its item estimate, and with it
+/// the number of ghosts).
+const ESTIMATED_ENTRY: u64 = 256;
+
+/// The bytes the store's eviction history (its ghosts) may take, held
+/// out of the weight capacity: an entry's overhead per ghost (its slot,
+/// table share and churn share).
+fn history_bytes(max_bytes: u64) -> u64 {
+    let ghosts = (max_bytes / ESTIMATED_ENTRY).max(64) as f64 * GHOSTS_PER_ENTRY;
+    (ghosts as u64 * ENTRY_OVERHEAD).min(max_bytes / 2)
+}
+
+/// What malloc (glibc's, which the binary and its image use) takes for a
+/// buffer of `n` bytes: its 8-byte header, rounded up to 16, at least 32;
+/// from 128 KiB its own mapping, rounded to pages.
+pub fn heap_bytes(n: usize) -> u64 {
+    let n = n as u64;
+    match n {
+        0 => 0,
+        n if n >= 128 * 1024 => (n + 16).div_ceil(4096) * 4096,
+        n => ((n + 8).div_ceil(16) * 16).max(32),
+    }
+}
 
 /// Keys up to this many bytes are stored inline in the entry: comparing
 /// them on lookup touches no other cache line.
@@ -59,7 +105,9 @@ impl KeyBuf {
                 buf,
             }
         } else {
-            KeyBuf::Heap(key.clone())
+            // A copy, never a slice of the caller's buffer (a request's
+            // read buffer would stay allocated as long as the entry).
+            KeyBuf::Heap(Bytes::copy_from_slice(key))
         }
     }
 
@@ -158,8 +206,11 @@ struct ByBytes;
 
 impl Weighter<CacheKey, Entry> for ByBytes {
     fn weight(&self, k: &CacheKey, v: &Entry) -> u64 {
-        k.key.as_slice().len() as u64
-            + v.value.as_ref().map_or(0, |b| b.len() as u64)
+        let key = match &k.key {
+            KeyBuf::Inline { .. } => 0,
+            KeyBuf::Heap(b) => heap_bytes(b.len()),
+        };
+        key + v.value.as_ref().map_or(0, |b| heap_bytes(b.len()))
             + ENTRY_OVERHEAD
             + v.reads.as_deref().map_or(0, reads::weight)
     }
@@ -256,19 +307,35 @@ impl L1 {
     /// A cache with this configuration (`max_bytes == 0`: off).
     pub fn new(cfg: L1Config) -> L1 {
         let stats = Arc::new(Stats::default());
+        let history = history_bytes(cfg.max_bytes);
         let cache = (cfg.max_bytes > 0).then(|| {
-            // Sized for entries of about 256 bytes; the weight capacity is
-            // what bounds memory.
-            let items = usize::try_from(cfg.max_bytes / 256)
+            // Sized for small entries; the weight capacity is what bounds
+            // memory, less the slots its eviction history may take.
+            let items = usize::try_from(cfg.max_bytes / ESTIMATED_ENTRY)
                 .unwrap_or(usize::MAX)
                 .max(64);
-            Store::with(
-                items,
-                cfg.max_bytes,
-                ByBytes,
-                DefaultHashBuilder::default(),
-                CountEvictions(Arc::clone(&stats)),
-            )
+            let options = quick_cache::OptionsBuilder::new()
+                .estimated_items_capacity(items)
+                .weight_capacity(cfg.max_bytes.saturating_sub(history).max(1))
+                .ghost_allocation(GHOSTS_PER_ENTRY)
+                .build();
+            match options {
+                Ok(options) => Store::with_options(
+                    options,
+                    ByBytes,
+                    DefaultHashBuilder::default(),
+                    CountEvictions(Arc::clone(&stats)),
+                ),
+                // Every option above is in range; quick_cache's own
+                // defaults otherwise.
+                Err(_) => Store::with(
+                    items,
+                    cfg.max_bytes.saturating_sub(history).max(1),
+                    ByBytes,
+                    DefaultHashBuilder::default(),
+                    CountEvictions(Arc::clone(&stats)),
+                ),
+            }
         });
         let epochs = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();
         let born = Instant::now();
@@ -283,6 +350,17 @@ impl L1 {
             used_dbs: AtomicU64::new(0),
             max_db: AtomicU32::new(0),
             born,
+        }
+    }
+
+    /// Bytes of `--l1-max-bytes` held for the eviction history (the keys
+    /// evicted last, remembered to admit them straight back when read
+    /// again): entries' weight stays within the bound less this.
+    pub fn history_bytes(&self) -> u64 {
+        if self.cache.is_some() {
+            history_bytes(self.cfg.max_bytes)
+        } else {
+            0
         }
     }
 

@@ -108,7 +108,7 @@ fn overwrites_replace_in_place_without_touching_values_readers_hold() {
         c.insert_written(0, &b("k"), &b("x"), later, Instant::now())
             .cached
     );
-    assert_eq!(c.stats().bytes, heavy - 999);
+    assert_eq!(c.stats().bytes, heavy - (heap_bytes(1000) - heap_bytes(1)));
 }
 
 #[test]
@@ -623,4 +623,32 @@ fn unread_writes_are_reread_once_reads_of_them_are_seen() {
     // (A few share a read mark with one of the 8,192 keys read.)
     let n = fresh(&c, 2000);
     assert!(n < 20, "{n} of 200 re-read");
+}
+
+#[test]
+fn an_entry_is_charged_what_malloc_takes_and_its_slot() {
+    assert_eq!(heap_bytes(0), 0);
+    assert_eq!(heap_bytes(1), 32);
+    assert_eq!(heap_bytes(64), 80);
+    assert_eq!(heap_bytes(1024), 1040);
+    assert_eq!(heap_bytes(200 * 1024), 200 * 1024 + 4096);
+    let c = l1(1 << 20);
+    c.complete_fill(
+        c.begin_fill(0, b"k"),
+        0,
+        b("k"),
+        Some(vec![b'v'; 64].into()),
+        -1,
+    );
+    // A 1-byte key is inline: the slot and the value's allocation.
+    assert_eq!(c.stats().bytes, ENTRY_OVERHEAD + 80);
+    // A key too long to be inline is a copy of its own.
+    let long = b(&"k".repeat(100));
+    c.complete_fill(c.begin_fill(0, &long), 0, long.clone(), Some(b("v")), -1);
+    assert_eq!(
+        c.stats().bytes,
+        2 * ENTRY_OVERHEAD + 80 + heap_bytes(100) + 32
+    );
+    // The eviction history's slots are held out of the bound.
+    assert!(c.history_bytes() > 0 && c.history_bytes() < (1 << 20) / 4);
 }

@@ -96,6 +96,8 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_l1_entries", G, &[], "Entries held."),
     fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),
     fam("sidecache_l1_max_bytes", G, &[], "L1 capacity in bytes (0: L1 off)."),
+    fam("sidecache_l1_history_bytes", G, &[], "Bytes of the L1 capacity held for its eviction history (keys evicted last, remembered to admit them straight back); sidecache_l1_bytes stays within the capacity less these."),
+    fam("sidecache_process_resident_bytes", G, &[], "The process's resident memory (VmRSS), to compare with sidecache_l1_max_bytes: the L1 bound is what the L1 adds to it."),
     fam("sidecache_prefix_hits_total", C, &["prefix"], "L1 lookups answered from memory, by key prefix (--prefix-stats; other: no listed prefix)."),
     fam("sidecache_prefix_misses_total", C, &["prefix"], "L1 lookups that went upstream, by key prefix (--prefix-stats; other: no listed prefix)."),
     fam("sidecache_prefix_hit_bytes_total", C, &["prefix"], "Value bytes served from the L1, by key prefix (--prefix-stats; other: no listed prefix)."),

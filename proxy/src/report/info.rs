@@ -257,10 +257,11 @@ fn proxy(s: &Shared, topo: &Topology) -> String {
 fn l1(s: &Shared) -> String {
     let l1 = s.l1.stats();
     format!(
-        "# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\nl1_read_hits:{}\r\nl1_read_misses:{}\r\nl1_read_fills:{}\r\nl1_stale_served:{}\r\n",
+        "# L1\r\nl1_enabled:{}\r\nl1_max_bytes:{}\r\nl1_bytes:{}\r\nl1_history_bytes:{}\r\nl1_entries:{}\r\nl1_hits:{}\r\nl1_misses:{}\r\nl1_hit_ratio:{:.4}\r\nl1_fills:{}\r\nl1_fills_discarded:{}\r\nl1_evictions:{}\r\nl1_invalidations:{}\r\nl1_read_hits:{}\r\nl1_read_misses:{}\r\nl1_read_fills:{}\r\nl1_stale_served:{}\r\n",
         u8::from(s.l1.enabled()),
         s.l1.config().max_bytes,
         l1.bytes,
+        s.l1.history_bytes(),
         l1.entries,
         l1.hits,
         l1.misses,

@@ -119,6 +119,14 @@ fn l1(s: &Shared, o: &mut Out) {
         &[],
         s.l1.config().max_bytes as f64,
     );
+    o.gauge(
+        "sidecache_l1_history_bytes",
+        &[],
+        s.l1.history_bytes() as f64,
+    );
+    if let Some(rss) = resident_bytes() {
+        o.gauge("sidecache_process_resident_bytes", &[], rss as f64);
+    }
     for f in s.metrics.prefixes.figures() {
         let label = [("prefix", &*f.label)];
         o.counter("sidecache_prefix_hits_total", &label, f.hits);
@@ -636,4 +644,19 @@ fn replica_reads(s: &Shared, o: &mut Out) {
             f64::from(u8::from(usable)),
         );
     }
+}
+
+/// The process's resident memory (`VmRSS` of /proc/self/status); `None`
+/// where there is no such file.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
