@@ -352,11 +352,11 @@ async fn idle(timeout: Option<std::time::Duration>, exempt: bool) {
     }
 }
 
-/// Writes what `wbuf` holds to the client, counted in its `activity`
-/// (CLIENT LIST's `tot-net-out`).
 /// Reply buffer a client keeps between batches (see [`write_out`]).
 const WBUF_KEEP: usize = 64 * 1024;
 
+/// Writes what `wbuf` holds to the client, counted in its `activity`
+/// (CLIENT LIST's `tot-net-out`).
 pub(super) async fn write_out<S: AsyncWrite + Unpin>(
     stream: &mut S,
     wbuf: &mut BytesMut,

@@ -94,7 +94,7 @@ pub const FAMILIES: &[Family] = &[
     fam("sidecache_l1_written_kept_total", C, &[], "Optin tracking: written values kept in the L1 once their write reached upstream, the key registered again and read back in the write's pipeline (keys read within the TTL cap and since their last write, and keys with no recent read while sidecache_l1_rereading_unread_writes is 1)."),
     fam("sidecache_l1_rereading_unread_writes", G, &[], "Optin tracking: 1 while writes of keys nobody read are re-read too (their keys stay cached), because this sidecache's unread writes were being read later (measured on 1 key in 16); 0 while only writes of keys read within the TTL cap are."),
     fam("sidecache_l1_entries", G, &[], "Entries held."),
-    fam("sidecache_l1_bytes", G, &[], "Weighted bytes held (keys, values and per-entry overhead)."),
+    fam("sidecache_l1_bytes", G, &[], "Bytes the entries held weigh: their keys' and values' allocations as malloc sizes them and each entry's slot in the store, what they add to resident memory."),
     fam("sidecache_l1_max_bytes", G, &[], "L1 capacity in bytes (0: L1 off)."),
     fam("sidecache_l1_history_bytes", G, &[], "Bytes of the L1 capacity held for its eviction history (keys evicted last, remembered to admit them straight back); sidecache_l1_bytes stays within the capacity less these."),
     fam("sidecache_process_resident_bytes", G, &[], "The process's resident memory (VmRSS), to compare with sidecache_l1_max_bytes: the L1 bound is what the L1 adds to it."),
