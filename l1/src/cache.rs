@@ -307,34 +307,28 @@ impl L1 {
     /// A cache with this configuration (`max_bytes == 0`: off).
     pub fn new(cfg: L1Config) -> L1 {
         let stats = Arc::new(Stats::default());
-        let history = history_bytes(cfg.max_bytes);
         let cache = (cfg.max_bytes > 0).then(|| {
             // Sized for small entries; the weight capacity is what bounds
             // memory, less the slots its eviction history may take.
             let items = usize::try_from(cfg.max_bytes / ESTIMATED_ENTRY)
                 .unwrap_or(usize::MAX)
                 .max(64);
-            let options = quick_cache::OptionsBuilder::new()
+            let weight = cfg
+                .max_bytes
+                .saturating_sub(history_bytes(cfg.max_bytes))
+                .max(1);
+            let lifecycle = CountEvictions(Arc::clone(&stats));
+            let hasher = DefaultHashBuilder::default();
+            match quick_cache::OptionsBuilder::new()
                 .estimated_items_capacity(items)
-                .weight_capacity(cfg.max_bytes.saturating_sub(history).max(1))
+                .weight_capacity(weight)
                 .ghost_allocation(GHOSTS_PER_ENTRY)
-                .build();
-            match options {
-                Ok(options) => Store::with_options(
-                    options,
-                    ByBytes,
-                    DefaultHashBuilder::default(),
-                    CountEvictions(Arc::clone(&stats)),
-                ),
-                // Every option above is in range; quick_cache's own
-                // defaults otherwise.
-                Err(_) => Store::with(
-                    items,
-                    cfg.max_bytes.saturating_sub(history).max(1),
-                    ByBytes,
-                    DefaultHashBuilder::default(),
-                    CountEvictions(Arc::clone(&stats)),
-                ),
+                .build()
+            {
+                Ok(options) => Store::with_options(options, ByBytes, hasher, lifecycle),
+                // Only a missing capacity is refused, and both are set:
+                // quick_cache's default history otherwise.
+                Err(_) => Store::with(items, weight, ByBytes, hasher, lifecycle),
             }
         });
         let epochs = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();

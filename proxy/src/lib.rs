@@ -85,9 +85,8 @@ pub enum StartError {
 /// runtime, which has no LIFO slot: every task, the accept loops
 /// included, on the thread that calls `block_on`, with no cross-thread
 /// wake-ups and none of the work-stealing scheduler's bookkeeping
-/// (`bench/callgrind.sh`: a `-P 1` GET hit 6,560 → 5,766 instructions;
-/// `bench/ab.sh`: GET `-P 16` 0.86× → 1.01× of direct Redis in a 5-round
-/// run, docs/benchmarks.md).
+/// (`bench/callgrind.sh`: a `-P 1` GET hit 6,560 → 5,766 instructions,
+/// docs/benchmarks.md).
 ///
 /// # Errors
 /// The runtime's, when its threads or driver cannot start.

@@ -10,12 +10,16 @@
 //!   allocation, resumable) and what it holds ([`frame::Value`]).
 //! - [`encode`]: writing RESP: commands, headers and bulks, and
 //!   [`encode::Reply`] for replies built locally in the client's protocol.
-//! - [`header`]: `<kind><n>\r\n` header lines, for both of the above.
+//! - [`header`]: `<kind><n>\r\n` header lines, for both of the above,
+//!   and read back in place.
+//! - [`bulks`]: an encoded array's bulk strings walked in place (a queued
+//!   write's keys, an invalidation's keys).
 //! - [`shape`]: a cached read's reply written in the other protocol.
 //! - [`find`]: where a line ends (a byte loop for short header lines).
 //! - [`int`]: the one integer parser, Redis's `string2ll`.
 //! - [`Proto`]: RESP2 or RESP3.
 
+pub mod bulks;
 pub mod encode;
 pub mod find;
 pub mod frame;

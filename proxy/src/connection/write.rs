@@ -324,8 +324,7 @@ impl Client {
     /// Returns the clock it read (when the write was acknowledged),
     /// whether a key is being read (`sidecache_l1`'s read marks: the
     /// write then re-reads its keys once landed, to keep them cached), and
-    /// whether
-    /// any written value is cached (to be released once it lands).
+    /// whether any written value is cached (to be released once it lands).
     fn cache_written(
         &mut self,
         plan: &WritePlan,

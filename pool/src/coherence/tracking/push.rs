@@ -2,6 +2,7 @@
 //! send (a key array), by the general decode for any other.
 
 use bytes::Bytes;
+use sidecache_resp::bulks::Bulks;
 use sidecache_resp::frame::Value;
 use smallvec::SmallVec;
 
@@ -18,34 +19,12 @@ const INVALIDATE_KEYS: &[u8] = b">2\r\n$10\r\ninvalidate\r\n";
 /// other shape, which [`decode_invalidation`] reads.
 pub(super) fn invalidated_keys(frame: &Bytes) -> Option<SmallVec<[Bytes; 2]>> {
     let rest = frame.strip_prefix(INVALIDATE_KEYS)?;
-    let (n, mut at) = header(rest, b'*')?;
-    let base = INVALIDATE_KEYS.len();
+    let mut bulks = Bulks::new(rest)?;
     let mut keys = SmallVec::new();
-    for _ in 0..n {
-        let (len, start) = header(rest.get(at..)?, b'$')?;
-        let start = at + start;
-        let end = start.checked_add(len)?;
-        if rest.get(end..end.checked_add(2)?) != Some(&b"\r\n"[..]) {
-            return None;
-        }
-        keys.push(frame.slice(base + start..base + end));
-        at = end + 2;
+    for _ in 0..bulks.left() {
+        keys.push(frame.slice_ref(bulks.next()?));
     }
-    (at == rest.len()).then_some(keys)
-}
-
-/// `<kind><number>\r\n` at the start of `buf`: the number (not negative)
-/// and where what follows starts.
-fn header(buf: &[u8], kind: u8) -> Option<(usize, usize)> {
-    if buf.first() != Some(&kind) {
-        return None;
-    }
-    let end = sidecache_resp::find::byte(b'\r', buf)?;
-    if buf.get(end + 1) != Some(&b'\n') {
-        return None;
-    }
-    let n = sidecache_resp::int::parse_i64(buf.get(1..end)?)?;
-    Some((usize::try_from(n).ok()?, end + 2))
+    bulks.rest().is_empty().then_some(keys)
 }
 
 /// Any `invalidate` push, read by the general decode: `None` when it is
