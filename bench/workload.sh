@@ -17,6 +17,11 @@
 #                                cache; YCSB A/B/C/F and a session store, at 0.5 ms and on
 #                                loopback, N = 1, 8, 32; tables and a chart: about 17 minutes
 #                                (bench/workload-sides.sh lists what it does and its knobs)
+#   bench/workload.sh curve      latency against offered load, warm, open loop (Poisson arrivals,
+#                                latency from each operation's intended send): direct, sidecache
+#                                (TCP, Unix socket), redis-py's client-side cache; YCSB B and A and
+#                                the session store at 0.5 and 1 ms, N = 32 and 8; tables, SLO
+#                                throughput and a chart (bench/workload-curve.sh: what, knobs)
 #
 # One redis-server (a free loopback port, a temporary directory, --save ''
 # --appendonly no). For each workload, ROUNDS rounds, the side order
@@ -75,15 +80,15 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 CMD="${1:-run}"
-case "$CMD" in run | matrix | write-heavy | staleness | sides) ;; *)
-  echo "usage: bench/workload.sh [run|matrix|write-heavy|staleness|sides]" >&2
+case "$CMD" in run | matrix | write-heavy | staleness | sides | curve) ;; *)
+  echo "usage: bench/workload.sh [run|matrix|write-heavy|staleness|sides|curve]" >&2
   exit 2
   ;;
 esac
 if [[ "$CMD" == write-heavy ]]; then # its own defaults
   KEYS="${KEYS:-1000}" WRITE_PCTS="${WRITE_PCTS:-90}"
 fi
-if [[ "$CMD" == sides ]]; then # its own defaults (bench/workload-sides.sh)
+if [[ "$CMD" == sides || "$CMD" == curve ]]; then # its own defaults (bench/workload-sides.sh)
   KEYS="${KEYS:-1000000}" VALUE_SIZE="${VALUE_SIZE:-1024}" RTT_MS=""
 fi
 WORKLOAD_BIN="${WORKLOAD_BIN:-$REPO_ROOT/target/release/workload}"
@@ -122,6 +127,7 @@ case "$CMD" in
   write-heavy) PREFIX="${PREFIX:-workload-write-heavy}" ;;
   staleness) PREFIX="${PREFIX:-workload-staleness}" ;;
   sides) PREFIX="${PREFIX:-workload-sides}" ;;
+  curve) PREFIX="${PREFIX:-workload-curve}" ;;
 esac
 KEEP_WORKDIR="${KEEP_WORKDIR:-0}"
 export RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0
@@ -136,11 +142,16 @@ for t in redis-server redis-cli python3 curl timeout; do
 done
 REDIS_SERVER=redis-server
 PIN_HOST=(); PIN_REMOTE=() # taskset prefixes (sides, PIN=1)
-if [[ "$CMD" == sides ]]; then
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ "$CMD" == sides || "$CMD" == curve ]]; then
   # shellcheck source=bench/workload-sides.sh
   source "$SCRIPT_DIR/workload-sides.sh"
+  if [[ "$CMD" == curve ]]; then
+    # shellcheck source=bench/workload-curve.sh
+    source "$SCRIPT_DIR/workload-curve.sh"
+  fi
   sides_setup
-  [[ -x "$RELAY_BIN" ]] || die "sides needs the relay at $RELAY_BIN (RELAY_BIN=…)"
+  [[ -x "$RELAY_BIN" ]] || die "$CMD needs the relay at $RELAY_BIN (RELAY_BIN=…)"
   [[ -x "$SIDECACHE_BIN" ]] || die "no sidecache binary at $SIDECACHE_BIN (cargo build --release -p sidecache, or SIDECACHE_BIN=…)"
 fi
 [[ "$PROCS" =~ ^[1-9][0-9]*$ ]] || die "PROCS must be a positive integer (got '$PROCS')"
@@ -524,7 +535,10 @@ case "$CMD" in
   sides)
     run_sides
     ;;
+  curve)
+    run_curve
+    ;;
 esac
-[[ "$CMD" == sides ]] || cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
+[[ "$CMD" == sides || "$CMD" == curve ]] || cp "$RAW" "$RESULTS_DIR/$PREFIX-raw.csv"
 cat "$RESULTS_DIR/$PREFIX.md"
 FAILED=0

@@ -129,9 +129,9 @@ def sleep_until_ms(ms):
     return -d * 1000
 
 
-def worker_load(a, idx):
-    r = client(a)
-    r.ping()
+def operation(a, idx, r):
+    """The workload's next operation, drawn and run: returns whether it
+    wrote. Raises what the client raised."""
     rng = random.Random((a.seed or time.time_ns()) ^ (idx + 1) * 0x9E3779B97F4A7C15)
     z = Zipf(a.keys, a.zipf_s, rng)
     wl = a.workload
@@ -140,6 +140,33 @@ def worker_load(a, idx):
     mapping = {f"f{i}": field for i in range(HASH_FIELDS)}
     wpct = {"a": 50, "b": 5, "c": 0, "f": 50, "session": a.session_write_pct}[wl] / 100.0
     prefix = "wlh:" if wl == "session" else "wl:"
+    rand = rng.random
+
+    def op():
+        key = f"{prefix}{z.sample():08d}"
+        w = rand() < wpct
+        if wl == "session":
+            if w:
+                r.hset(key, mapping=mapping)
+            else:
+                r.hgetall(key)
+        elif w and wl == "f":
+            v = r.get(key)
+            r.set(key, (v or val)[:-1] + bytes([48 + (rng.randrange(10))]))
+        elif w:
+            r.set(key, val)
+        else:
+            r.get(key)
+        return w
+
+    return op
+
+
+def worker_load(a, idx):
+    r = client(a)
+    r.ping()
+    op = operation(a, idx, r)
+    f_reads = a.workload == "f"
     late = sleep_until_ms(a.start_at)
     t_meas = a.start_at / 1000 + a.warm_secs
     t_end = t_meas + a.secs
@@ -149,7 +176,6 @@ def worker_load(a, idx):
     measuring = done = False
     start_ns = 0
     last_end = t0 = 0
-    rand = rng.random
     pc = time.perf_counter_ns
     while True:
         now = time.time()
@@ -159,22 +185,10 @@ def worker_load(a, idx):
             break
         if measuring and now >= t_end:
             measuring, done = False, True
-        key = f"{prefix}{z.sample():08d}"
-        w = rand() < wpct
         t = pc()
+        w = False
         try:
-            if wl == "session":
-                if w:
-                    r.hset(key, mapping=mapping)
-                else:
-                    r.hgetall(key)
-            elif w and wl == "f":
-                v = r.get(key)
-                r.set(key, (v or val)[:-1] + bytes([48 + (rng.randrange(10))]))
-            elif w:
-                r.set(key, val)
-            else:
-                r.get(key)
+            w = op()
         except Exception as e:  # counted, the run goes on
             if errors == 0:
                 print(f"wl_client: {type(e).__name__}: {e}", file=sys.stderr)
@@ -185,7 +199,7 @@ def worker_load(a, idx):
             if w:
                 writes += 1
                 write_cmds += 1
-                read_cmds += wl == "f"
+                read_cmds += f_reads
             else:
                 reads += 1
                 read_cmds += 1
