@@ -78,7 +78,7 @@ def ratio(x, y):
 def tables(a, raw, search):
     L = [a.header, ""]
     for (rtt, wl, n), rows in groups(raw).items():
-        s = saturation(search, rtt, wl, n)
+        s = saturation(search, rtt, wl, n) or a.s
         sides = []
         for r in rows:
             if r["side"] not in sides:
@@ -177,7 +177,7 @@ def chart(a, raw):
     title = f"{WORKLOADS.get(a.chart_workload, a.chart_workload)}, {rtt_name(a.chart_rtt)}, {a.chart_n} workers, warm; Zipf 0.99 over 10^6 keys of 1 KB"
     gp = ["set terminal pngcairo size 1000,600 font 'sans,10'", f"set output '{a.chart}'", f"set title \"{title}\"",
           "set key top left", "set grid", "set logscale y", "set xlabel 'offered load, operations per second'",
-          "set ylabel 'latency, ms (from the intended send)'", "set style data linespoints", "set yrange [0.05:20]",
+          "set ylabel 'latency, ms (from the intended send)'", "set style data linespoints", "set yrange [0.05:*]",
           "set arrow from graph 0, first 2 to graph 1, first 2 nohead dt 2 lc rgb '#999999'"]
     plots = []
     for s in sides:
@@ -203,6 +203,7 @@ def main():
     p.add_argument("--chart-workload", default="b")
     p.add_argument("--chart-rtt", default="0.5")
     p.add_argument("--chart-n", default="32")
+    p.add_argument("--s", type=float, help="direct's saturation rate, where --search has none")
     a = p.parse_args()
     raw = list(csv.DictReader(open(a.raw)))
     search = list(csv.DictReader(open(a.search)))

@@ -33,6 +33,8 @@
 #        VALUE_SIZE=1024 ZIPF_S=0.99 SESSION_WRITE_PCT=20 PIN=1
 #        CHART_WORKLOAD=b CHART_RTT=0.5 CHART_N=32 MAX_LOAD=1 (wait, up to
 #        5 min, for the 1-minute load average to fall under it first)
+#        CURVE_S= (direct's saturation rate from an earlier run: no search;
+#        the report then has no search rows and takes S from CURVE_S)
 # Output: $RESULTS_DIR/workload-curve.md, -raw.csv, .png. About 20 minutes
 # per (RTT, workload, N) with the default sides.
 
@@ -48,6 +50,7 @@ CURVE_SHARES="${CURVE_SHARES:-0.1 0.25 0.5 0.75 0.9 1 1.25 1.5 2 2.5 3 4}"
 WARM_MAX_SECS="${WARM_MAX_SECS:-600}"
 CHART_N="${CHART_N:-32}"
 MAX_LOAD="${MAX_LOAD:-1}"
+CURVE_S="${CURVE_S:-}" # a saturation rate to use instead of searching (one RTT, workload and N)
 
 quiet_machine() { # waits (up to 5 min) for the load average to fall under MAX_LOAD
   local l
@@ -99,12 +102,18 @@ run_curve() {
     fi
     for wl in $CURVE_WORKLOADS; do
       for n in $CURVE_NS; do
-        rates="$(awk -v f="$CURVE_SEARCH_FROM" -v s="$CURVE_SEARCH_STEP" 'BEGIN { r = f; for (i = 0; i < 40 && r < 1e6; i++) { printf "%.0f ", r; r *= s } }')"
-        log "rtt=$rtt ms, workload $wl, N=$n: direct's saturation (cells of $SEARCH_SECS s from $CURVE_SEARCH_FROM ops/s, ×$CURVE_SEARCH_STEP)"
-        curve_side "$rtt" "$wl" "$n" direct search "$rates" "$SEARCH_SECS" "$search"
-        s="$(awk -F, -v r="$rtt" -v w="$wl" -v n="$n" '$1 == "search" && $5 == r && $3 == w && $4 == n && $12 > 5000 { print $7; exit }' "$search")"
-        [[ -n "$s" ]] || die "direct never passed a p99 of 5 ms (raise CURVE_SEARCH_FROM or the step)"
-        log "  direct's p99 passes 5 ms at $s ops/s offered"
+        if [[ -n "$CURVE_S" ]]; then
+          s="$CURVE_S"
+          log "rtt=$rtt ms, workload $wl, N=$n: S=$s ops/s (CURVE_S, no search)"
+          printf '%s\n' "$(head -n 1 "$RESULTS_DIR/$PREFIX-search.csv" 2>/dev/null || true)" >"$search"
+        else
+          rates="$(awk -v f="$CURVE_SEARCH_FROM" -v s="$CURVE_SEARCH_STEP" 'BEGIN { r = f; for (i = 0; i < 40 && r < 1e6; i++) { printf "%.0f ", r; r *= s } }')"
+          log "rtt=$rtt ms, workload $wl, N=$n: direct's saturation (cells of $SEARCH_SECS s from $CURVE_SEARCH_FROM ops/s, ×$CURVE_SEARCH_STEP)"
+          curve_side "$rtt" "$wl" "$n" direct search "$rates" "$SEARCH_SECS" "$search"
+          s="$(awk -F, -v r="$rtt" -v w="$wl" -v n="$n" '$1 == "search" && $5 == r && $3 == w && $4 == n && $12 > 5000 { print $7; exit }' "$search")"
+          [[ -n "$s" ]] || die "direct never passed a p99 of 5 ms (raise CURVE_SEARCH_FROM or the step)"
+          log "  direct's p99 passes 5 ms at $s ops/s offered"
+        fi
         rates="$(awk -v s="$s" -v sh="$CURVE_SHARES" 'BEGIN { n = split(sh, a, " "); for (i = 1; i <= n; i++) printf "%.0f ", s * a[i] }')"
         for side in $CURVE_SIDES; do
           log "  $side: warm-up, then $rates ops/s, $CELL_SECS s each"
@@ -119,5 +128,5 @@ run_curve() {
   HEADER+=" \`bench/workload.sh curve\` CURVE_RTTS=\"$CURVE_RTTS\" CURVE_WORKLOADS=\"$CURVE_WORKLOADS\" CURVE_NS=\"$CURVE_NS\" CELL_SECS=$CELL_SECS SEARCH_SECS=$SEARCH_SECS KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE ZIPF_S=$ZIPF_S SESSION_WRITE_PCT=$SESSION_WRITE_PCT CSC_MAX_ENTRIES=$CSC_MAX_ENTRIES PIN=$PIN; redis-py $("$CLIENT_PY" -c 'import redis; print(redis.__version__)'); load average before the run $LOAD_BEFORE."
   python3 "$SCRIPT_DIR/workload-curve-report.py" --raw "$raw" --search "$search" --header "$HEADER" \
     --out "$RESULTS_DIR/$PREFIX.md" --chart "$RESULTS_DIR/$PREFIX.png" --chart-workload "$CHART_WORKLOAD" \
-    --chart-rtt "$CHART_RTT" --chart-n "$CHART_N" || die "report failed"
+    --chart-rtt "$CHART_RTT" --chart-n "$CHART_N" ${CURVE_S:+--s "$CURVE_S"} || die "report failed"
 }

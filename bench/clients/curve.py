@@ -108,8 +108,10 @@ def worker(a, idx, sh):
         ph = sh.phase()
         if ph != cur:
             if 0 < cur < PAUSE:
-                with open(os.path.join(a.hist_dir, f"cell-{cur}-proc-{idx}.hist"), "w") as f:
+                path = os.path.join(a.hist_dir, f"cell-{cur}-proc-{idx}.hist")
+                with open(path + ".part", "w") as f:
                     f.write(f"errors={errors}\n{h.text()}")
+                os.rename(path + ".part", path)  # whole when the launcher sees it
             if ph < 0:
                 return
             cur, rate, h, errors = ph, sh.rate(), wl_client.Hist(), 0
@@ -303,7 +305,6 @@ def run(a, sh, pids):
                 if time.monotonic() > deadline:
                     sys.exit(f"curve: cell {k}: not every worker wrote its histogram within 30 s")
                 time.sleep(0.02)
-            time.sleep(0.05)  # the last file's write
             ops, errors, p50, p99, p999, mx = merge(files)
             secs = y["t"] - x["t"]
             hr = probe.hit_ratio(x, y)
