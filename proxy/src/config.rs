@@ -255,6 +255,10 @@ pub struct Config {
     pub threads: usize,
     /// L1 cache settings.
     pub l1: L1Config,
+    /// Whether `--l1-ttl-cap` was given (flag, environment or file). When
+    /// not, and the upstream turns out to refuse client tracking, the cap
+    /// falls back to [`sidecache_l1::config::UNTRACKED_TTL_CAP`].
+    pub l1_ttl_cap_given: bool,
     /// `--l1-commands`: the reads besides GET and MGET the L1 caches
     /// (lower-case names).
     pub l1_commands: Vec<String>,
@@ -370,6 +374,7 @@ impl Config {
             hotkeys_sample,
             prefix_stats,
             l1,
+            l1_ttl_cap_given: o.l1_ttl_cap.is_some(),
             l1_commands,
             l1_stale_if_error: sections::duration(
                 "--l1-stale-if-error",

@@ -77,8 +77,16 @@ pub struct Shared {
 impl Shared {
     /// Shared state for a running proxy.
     pub fn new(upstream: Upstream, table: CommandTable, config: Config) -> Shared {
+        let mut l1 = config.l1.clone();
+        if !config.l1_ttl_cap_given
+            && upstream.coherence_mode()
+                != sidecache_pool::coherence::tracking::CoherenceMode::Tracking
+        {
+            // Nothing reports other writers' changes: the cap is their bound.
+            l1.ttl_cap = l1.ttl_cap.min(sidecache_l1::config::UNTRACKED_TTL_CAP);
+        }
         Shared {
-            l1: L1::new(config.l1.clone()),
+            l1: L1::new(l1),
             flights: Flights::default(),
             tracked: crate::tracking::Tracked::new(config.tracking_table_max_keys),
             stale: crate::state::stale::Stale::new(config.l1_stale_if_error),

@@ -458,6 +458,31 @@ async fn upstream_refusing_tracking_falls_back_to_peers() {
     }
 }
 
+/// The default cap is a safety net behind tracking (600 s), and the bound
+/// itself where nothing reports other writers' changes (60 s): an upstream
+/// that refuses CLIENT TRACKING, with the peer channel or without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_ttl_cap_is_short_where_it_is_the_only_bound() {
+    let redis = RedisServer::start(&[]);
+    let tracked = Proxy::start(&format!("redis://{}", redis.addr()), &[]).await;
+    let inf = info(&mut tracked.conn().await).await;
+    assert!(inf.contains("coherence_mode:tracking"), "{inf}");
+    assert_eq!(info_field(&inf, "l1_ttl_cap_seconds"), 600);
+    let (_refusing, _d, url) = refusing_tracking().await;
+    for extra in [&[][..], &["--peer-invalidation-channel", "off"][..]] {
+        let p = Proxy::start(&url, extra).await;
+        let inf = info(&mut p.conn().await).await;
+        assert!(inf.contains("upstream refused CLIENT TRACKING"), "{inf}");
+        assert_eq!(info_field(&inf, "l1_ttl_cap_seconds"), 60, "{extra:?}");
+    }
+    // A cap the operator gave is kept.
+    let p = Proxy::start(&url, &["--l1-ttl-cap", "900"]).await;
+    assert_eq!(
+        info_field(&info(&mut p.conn().await).await, "l1_ttl_cap_seconds"),
+        900
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_refusing_tracking_without_peers_leaves_the_ttl_cap() {
     let (_redis, mut d, url) = refusing_tracking().await;

@@ -273,7 +273,9 @@ pub struct Options {
     #[arg(long, env = "SIDECACHE_L1_MAX_VALUE_BYTES", value_name = "BYTES")]
     pub l1_max_value_bytes: Option<String>,
 
-    /// Longest life of an L1 entry in seconds, whatever the upstream TTL [default: 60].
+    /// Longest life of an L1 entry in seconds, whatever the upstream TTL
+    /// [default: 600 with client tracking; 60 with `--tracking off` or an
+    /// upstream that refuses tracking].
     #[arg(long, env = "SIDECACHE_L1_TTL_CAP", value_name = "SECS")]
     pub l1_ttl_cap: Option<f64>,
 

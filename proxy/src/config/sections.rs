@@ -306,7 +306,13 @@ pub(super) fn l1(o: &Options) -> Result<L1Config, ConfigError> {
         ttl_cap: secs(
             "--l1-ttl-cap",
             o.l1_ttl_cap,
-            sidecache_l1::config::DEFAULT_TTL_CAP.as_secs_f64(),
+            // With tracking off the cap alone bounds other writers' changes.
+            if matches!(o.tracking, Some(TrackingArg::Off)) {
+                sidecache_l1::config::UNTRACKED_TTL_CAP
+            } else {
+                sidecache_l1::config::DEFAULT_TTL_CAP
+            }
+            .as_secs_f64(),
         )?,
         cache_nil: match o.l1_cache_nil {
             Some(v) => Some(secs("--l1-cache-nil", Some(v), 0.0)?),

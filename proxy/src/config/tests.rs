@@ -124,6 +124,33 @@ fn l1_options() {
 }
 
 #[test]
+fn the_ttl_caps_default_depends_on_what_else_bounds_staleness() {
+    // Client tracking reports other writers' changes: a long safety net.
+    let c = Config::from_options(opts(&["--upstream", "redis://h"])).expect("valid");
+    assert_eq!(c.l1.ttl_cap, Duration::from_secs(600));
+    assert!(!c.l1_ttl_cap_given);
+    let c = Config::from_options(opts(&["--upstream", "redis://h", "--tracking", "bcast"]))
+        .expect("valid");
+    assert_eq!(c.l1.ttl_cap, Duration::from_secs(600));
+    // Tracking off: the cap is the bound.
+    let c = Config::from_options(opts(&["--upstream", "redis://h", "--tracking", "off"]))
+        .expect("valid");
+    assert_eq!(c.l1.ttl_cap, Duration::from_secs(60));
+    // Given, it is kept whatever the mode.
+    let c = Config::from_options(opts(&[
+        "--upstream",
+        "redis://h",
+        "--tracking",
+        "off",
+        "--l1-ttl-cap",
+        "900",
+    ]))
+    .expect("valid");
+    assert_eq!(c.l1.ttl_cap, Duration::from_secs(900));
+    assert!(c.l1_ttl_cap_given);
+}
+
+#[test]
 fn file_fills_gaps_flags_win() {
     let file: Options = toml::from_str(
         "listen = \"127.0.0.1:7777\"\npool_size = 3\nupstream = [\"redis://a:1\"]\n",
