@@ -6,8 +6,11 @@
 //! - [`credentials`]: where a rotating upstream secret comes from: an
 //!   ElastiCache IAM token from the AWS credential chain, or a password file.
 //! - [`pubsub`]: shared upstream subscriptions fanned out to local
-//!   subscribers' bounded outboxes, the MONITOR feed, and the CLIENT
-//!   TRACKING table.
+//!   subscribers' bounded outboxes, and the MONITOR feed.
+//! - [`tracking`]: CLIENT TRACKING served to sidecache's own clients: each
+//!   client's tracking state and Redis's replies ([`tracking::command`]),
+//!   and the tracking table with its messages ([`tracking::table`]), sent
+//!   through [`pubsub`]'s outboxes.
 //! - [`cmd`]: the command table from upstream `COMMAND`, how each command is
 //!   handled, which commands are answered locally ([`cmd::local::Local`]),
 //!   and merging split replies.
@@ -86,7 +89,7 @@ pub enum StartError {
 /// included, on the thread that calls `block_on`, with no cross-thread
 /// wake-ups and none of the work-stealing scheduler's bookkeeping
 /// (`bench/callgrind.sh`: a `-P 1` GET hit 6,560 → 5,766 instructions,
-/// docs/benchmarks.md).
+/// bench/results/history/2026-12-07-write-path.md).
 ///
 /// # Errors
 /// The runtime's, when its threads or driver cannot start.
