@@ -106,7 +106,7 @@
 //! while the key is cached, and the report of its next write. A miss of
 //! the key would cost two commands (`GET`, `PTTL`) and a round trip; this is paid in the write's
 //! batch, and only for keys being read. Measured with
-//! `bench/workload.sh`: docs/benchmarks.md ("Read-write workloads").
+//! `bench/workload.sh`: bench/results/history/2026-12-05-read-write-workloads.md.
 
 use bytes::{Bytes, BytesMut};
 use sidecache_resp::encode;

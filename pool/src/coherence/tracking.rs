@@ -35,8 +35,8 @@
 //! would need a `CLIENT CACHING YES` before it, one more command for Redis
 //! to run per miss and per re-read batch; under `OPTOUT` every read
 //! registers without it (`CLIENT CACHING NO` would exempt one: never
-//! sent). Measured with `bench/workload.sh matrix` (docs/benchmarks.md,
-//! "Read-write workloads"): 0.06–0.37 fewer Redis commands per
+//! sent). Measured with `bench/workload.sh matrix` (bench/results/history/
+//! 2026-12-05-read-write-workloads.md): 0.06–0.37 fewer Redis commands per
 //! application operation. Writes register nothing in either mode (Redis
 //! registers the keys of read-only commands), so the write-behind batches
 //! the connection also carries are unchanged.
