@@ -84,6 +84,10 @@ impl Shared {
         {
             // Nothing reports other writers' changes: the cap is their bound.
             l1.ttl_cap = l1.ttl_cap.min(sidecache_l1::config::UNTRACKED_TTL_CAP);
+            tracing::info!(
+                ttl_cap_secs = l1.ttl_cap.as_secs_f64(),
+                "no client tracking upstream: --l1-ttl-cap defaults to the shorter cap"
+            );
         }
         Shared {
             l1: L1::new(l1),
