@@ -11,6 +11,8 @@
 //! the test `pool/tests/layers.rs` holds the code to).
 //! - [`error`]: what can fail upstream (the write journal too), and how a
 //!   failure reaches a client.
+//! - `backoff`: the doubling wait between tries (reconnects, held
+//!   requests, write-behind resends).
 //! - [`auth`]: what connections authenticate with: the URL's password, or
 //!   a rotating secret (IAM token, password file) from a [`auth::SecretSource`]
 //!   the binary supplies, refreshed in the background, with the counters of
@@ -68,6 +70,7 @@
 //! many clients' commands travel in one write.
 
 pub mod auth;
+mod backoff;
 pub mod cluster;
 pub mod coherence;
 pub mod config;

@@ -15,6 +15,7 @@ use sidecache_resp::frame::{self, Scanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::warn;
 
+use crate::backoff::Backoff;
 use crate::coherence::peer::{Message, Peer};
 use crate::coherence::tracking::{HEARTBEAT, HEARTBEAT_TIMEOUT};
 use crate::config::{NodeAddr, Proto, Session};
@@ -23,7 +24,7 @@ use crate::dispatch::Dispatch;
 
 /// Keeps this instance subscribed, for the life of the process.
 pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
     loop {
         let topo = up.topology();
         let Some(node) = topo.nodes().first().cloned() else {
@@ -37,7 +38,7 @@ pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
         };
         match up.connector().connect(node.addr(), session).await {
             Ok((rd, wr)) => {
-                backoff = Duration::from_millis(20);
+                backoff.reset();
                 let why = run(&up, &peer, node.addr(), rd, wr).await;
                 peer.gate().set_down(&why);
             }
@@ -45,8 +46,7 @@ pub(crate) async fn subscribe<U: Dispatch>(up: U, peer: Arc<Peer>) {
                 warn!(node = %node.addr(), error = %e, "peer invalidation channel: connect failed")
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(backoff.next_wait()).await;
     }
 }
 

@@ -16,6 +16,7 @@ use sidecache_resp::frame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::error;
 
+use crate::backoff::Backoff;
 use crate::cluster::redirect::{self, Action};
 use crate::coherence::refill::{self, Rereads};
 use crate::config::{NodeAddr, Proto, Session};
@@ -302,7 +303,7 @@ impl<U: Dispatch> Batcher<U> {
     /// slot map, refreshed every 100–250 ms while they fail.
     async fn resend(&mut self, batch: &[Queued], payload: Bytes, n: usize) -> Replies {
         let wb = self.up.write_behind();
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(Duration::from_millis(20), RETRY_BACKOFF_MAX);
         let mut first = true;
         loop {
             let serves = self.up.serves(&self.addr);
@@ -312,8 +313,7 @@ impl<U: Dispatch> Batcher<U> {
             if serves || !first {
                 wb.stats.retries.fetch_add(1, Ordering::Relaxed);
                 self.up.request_refresh();
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+                tokio::time::sleep(backoff.next_wait()).await;
             }
             first = false;
             if self.up.serves(&self.addr) {
@@ -486,7 +486,7 @@ impl<U: Dispatch> Batcher<U> {
             db: self.db,
             proto: Proto::Resp2,
         };
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(Duration::from_millis(20), RETRY_BACKOFF_MAX);
         let mut reply: Result<Bytes> = Ok(reply);
         loop {
             if let Ok(frame) = &reply {
@@ -517,8 +517,7 @@ impl<U: Dispatch> Batcher<U> {
             let Some(text) = failed else {
                 wb.stats.retries.fetch_add(1, Ordering::Relaxed);
                 self.up.request_refresh();
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+                tokio::time::sleep(backoff.next_wait()).await;
                 let target = w.slot.map_or(Target::Any, Target::Slot);
                 reply = self.up.execute(session, 0, target, w.cmd.clone()).await;
                 continue;

@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Upstream;
+use crate::backoff::Backoff;
 use crate::cluster::redirect::Transient;
 
 /// Upper bounds of the hold-time histogram's buckets, in milliseconds.
@@ -106,10 +107,19 @@ impl FailoverStats {
 }
 
 /// One request's hold: when it began, and the next wait.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hold {
     since: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
+}
+
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold {
+            since: None,
+            backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
+        }
+    }
 }
 
 impl Upstream {
@@ -129,8 +139,7 @@ impl Upstream {
         if kind != Absorbed::Transient(Transient::Loading) {
             self.request_refresh();
         }
-        hold.backoff = (hold.backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
-        let wake = now + hold.backoff;
+        let wake = now + hold.backoff.next_wait();
         tokio::time::sleep_until(until.map_or(wake, |u| wake.min(u))).await;
         true
     }

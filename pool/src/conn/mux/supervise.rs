@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{run_connected, Request};
+use crate::backoff::Backoff;
 use crate::coherence::tracking::Channel;
 use crate::config::{NodeAddr, Session};
 use crate::conn::connect::Connector;
@@ -38,14 +39,14 @@ pub(super) async fn supervise(
         Role::Channel(ch) => Some(Arc::clone(ch)),
         Role::Plain => None,
     };
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
     // Before reconnecting after a READONLY: none the first time.
     let mut demoted_pause = Duration::ZERO;
     loop {
         match connector.connect(&addr, session).await {
             Ok((rd, wr)) => {
                 debug!(%addr, "upstream connected");
-                backoff = Duration::from_millis(20);
+                backoff.reset();
                 let since = std::time::Instant::now();
                 let reason = run_connected(
                     &addr,
@@ -86,7 +87,7 @@ pub(super) async fn supervise(
                 warn!(%addr, error = %e, "upstream connect failed");
                 // Fail fast whatever waits, and whatever arrives during the
                 // backoff, so clients get an error instead of a hang.
-                let deadline = tokio::time::sleep(backoff);
+                let deadline = tokio::time::sleep(backoff.next_wait());
                 tokio::pin!(deadline);
                 loop {
                     tokio::select! {
@@ -97,7 +98,6 @@ pub(super) async fn supervise(
                         },
                     }
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
     }
