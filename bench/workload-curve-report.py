@@ -12,8 +12,9 @@ offered load (gnuplot: a .gp file beside the PNG, removed after).
 import argparse
 import csv
 import os
-import subprocess
 import sys
+
+import gnuplot_draw
 
 NAMES = {"direct": "direct Redis", "sc-tcp": "sidecache (TCP)", "sc-unix": "sidecache (Unix socket)",
          "csc-py": "redis-py client-side cache"}
@@ -38,7 +39,7 @@ def slo(rows, limit_us):
     """The highest offered rate of a run of cells from the lowest whose p99 held."""
     best = None
     for r in sorted(rows, key=lambda r: float(r["offered_per_s"])):
-        if int(r["p99_us"]) > limit_us:
+        if float(r["p99_us"]) > limit_us:
             break
         best = r
     return best
@@ -59,7 +60,7 @@ def groups(raw):
 
 def saturation(search, rtt, wl, n):
     for r in search:
-        if r["rtt_ms"] == rtt and r["workload"] == wl and r["procs"] == n and int(r["p99_us"]) > 5000:
+        if r["rtt_ms"] == rtt and r["workload"] == wl and r["procs"] == n and float(r["p99_us"]) > 5000:
             return float(r["offered_per_s"])
     return None
 
@@ -186,7 +187,7 @@ def chart(a, raw):
     for side in sides:
         with open(f"{base}-{side}.dat", "w") as fh:
             for r in sorted((r for r in rows if r["side"] == side), key=lambda r: float(r["offered_per_s"])):
-                fh.write(f"{r['offered_per_s']} {max(int(r['p99_us']), 1) / 1000} {max(int(r['p50_us']), 1) / 1000}\n")
+                fh.write(f"{r['offered_per_s']} {max(float(r['p99_us']), 1) / 1000} {max(float(r['p50_us']), 1) / 1000}\n")
     title = f"{WORKLOADS.get(a.chart_workload, a.chart_workload)}, {rtt_name(a.chart_rtt)}, {a.chart_n} workers, warm; Zipf 0.99 over 10^6 keys of 1 KB"
     gp = ["set terminal pngcairo size 1000,600 font 'sans,10'", f"set output '{a.chart}'", f"set title \"{title}\"",
           "set key top left", "set grid", "set logscale y", "set xlabel 'offered load, operations per second'",
@@ -198,12 +199,7 @@ def chart(a, raw):
         plots.append(f"'{base}-{s}.dat' using 1:2 title '{NAMES.get(s, s)} p99' noenhanced lw 2 pt 7 lc rgb '{c}'")
         plots.append(f"'{base}-{s}.dat' using 1:3 title '{NAMES.get(s, s)} p50' noenhanced lw 1 dt 3 pt 6 lc rgb '{c}'")
     gp.append("plot " + ", ".join(plots))
-    with open(base + ".gp", "w") as fh:
-        fh.write("\n".join(gp) + "\n")
-    subprocess.run(["gnuplot", base + ".gp"], check=True)
-    for s in sides:
-        os.remove(f"{base}-{s}.dat")
-    os.remove(base + ".gp")
+    gnuplot_draw.draw(base, gp, [f"{base}-{s}.dat" for s in sides])
 
 
 def main():

@@ -75,6 +75,7 @@ curve_side() {
     --keys "$KEYS" --zipf-s "$ZIPF_S" --value-size "$VALUE_SIZE" --session-write-pct "$SESSION_WRITE_PCT" \
     --rates "$rates" --cell-secs "$secs" --warm-max-secs "$WARM_MAX_SECS" --redis-port "$RP" --redis-pid "$RPID" \
     "${sc[@]}" --label "$label" --side "$side" --rtt-ms "$rtt" --hist-dir "$WORK/curve-hist" --out "$out" \
+    --merge-bin "$WORKLOAD_BIN" \
     2>>"$WORK/clients.log" || { tail -n 20 "$WORK/clients.log" >&2; die "curve: $label failed (see $WORK/clients.log)"; }
   grep "^\[curve\] $label" "$WORK/clients.log" | tail -n 30 >&2 || true
   [[ -n "$SC_PID" ]] && drain
@@ -84,22 +85,9 @@ curve_side() {
 run_curve() {
   local raw="$WORK/curve-raw.csv" search="$WORK/curve-search.csv" rtt wl n side s rates
   : >"$raw"; : >"$search"
-  log "populating $KEYS strings of $VALUE_SIZE bytes and $KEYS 10-field hashes"
-  [[ "$(redis-cli -p "$RP" flushall)" == OK ]] || die "FLUSHALL failed"
-  local t
-  for t in string hash; do
-    "$WORKLOAD_BIN" --target "127.0.0.1:$RP" --populate --ops 0 --conns 4 --type "$t" --keys "$KEYS" \
-      --value-size "$VALUE_SIZE" 2>>"$WORK/populate.log" || die "populate failed (see $WORK/populate.log)"
-  done
+  populate_both
   for rtt in $CURVE_RTTS; do
-    UP="$RP"
-    if [[ "$rtt" != 0 ]]; then
-      pick_port; UP="$PICKED"
-      "${PIN_REMOTE[@]}" "$RELAY_BIN" --delay-us "$(awk -v r="$rtt" 'BEGIN { printf "%d", r * 500 }')" \
-        --route "127.0.0.1:$UP=unix:$WORK/redis.sock" >"$WORK/relay-$rtt.log" 2>&1 &
-      RELAY_PID=$!; PIDS+=("$RELAY_PID")
-      wait_ping relay "$RELAY_PID" "$UP"
-    fi
+    start_relay "$rtt"
     for wl in $CURVE_WORKLOADS; do
       for n in $CURVE_NS; do
         if [[ -n "$CURVE_S" ]]; then

@@ -15,8 +15,9 @@ run): nothing outside the standard library. Owns no measuring.
 import argparse
 import csv
 import os
-import subprocess
 import sys
+
+import gnuplot_draw
 
 WORKLOADS = {
     "a": "YCSB A (50 % GET, 50 % SET)",
@@ -152,12 +153,7 @@ def chart(a):
         plots = [f"'{base}-{s}.dat' using 1:{col} title '{SIDE_NAMES.get(s, s)}' noenhanced lw 2 pt 7 lc rgb '{colours.get(s, '#000000')}'" for s in sides]
         gp.append("plot " + ", ".join(plots))
     gp.append("unset multiplot")
-    with open(base + ".gp", "w") as f:
-        f.write("\n".join(gp) + "\n")
-    subprocess.run(["gnuplot", base + ".gp"], check=True)
-    for side in sides:
-        os.remove(f"{base}-{side}.dat")
-    os.remove(base + ".gp")
+    gnuplot_draw.draw(base, gp, [f"{base}-{side}.dat" for side in sides])
 
 
 def main():

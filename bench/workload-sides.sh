@@ -75,6 +75,26 @@ sides_setup() { # the clients and Redis 7.4; the CPU pinning
 }
 
 now_ms() { date +%s%3N; }
+
+populate_both() { # KEYS strings and KEYS 10-field hashes, written once, straight to Redis
+  log "populating $KEYS strings of $VALUE_SIZE bytes and $KEYS 10-field hashes"
+  [[ "$(redis-cli -p "$RP" flushall)" == OK ]] || die "FLUSHALL failed"
+  local t
+  for t in string hash; do
+    "$WORKLOAD_BIN" --target "127.0.0.1:$RP" --populate --ops 0 --conns 4 --type "$t" --keys "$KEYS" \
+      --value-size "$VALUE_SIZE" 2>>"$WORK/populate.log" || die "populate failed (see $WORK/populate.log)"
+  done
+}
+
+start_relay() { # start_relay RTT_MS: UP is where clients reach Redis (the relay, RTT_MS/2 each way; 0: Redis itself)
+  UP="$RP"
+  [[ "$1" != 0 ]] || return 0
+  pick_port; UP="$PICKED"
+  "${PIN_REMOTE[@]}" "$RELAY_BIN" --delay-us "$(awk -v r="$1" 'BEGIN { printf "%d", r * 500 }')" \
+    --route "127.0.0.1:$UP=unix:$WORK/redis.sock" >"$WORK/relay-$1.log" 2>&1 &
+  RELAY_PID=$!; PIDS+=("$RELAY_PID")
+  wait_ping relay "$RELAY_PID" "$UP"
+}
 secs_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; } # (awk's %d stops at 2^31: no Unix ms through it)
 sleep_until() { # sleep_until UNIX_MS
   local d
@@ -262,25 +282,10 @@ run_sides() {
   echo "rtt_ms,workload,side,client,procs,ops,secs,ops_per_s,p50_us,p99_us,p999_us,errors,hit_ratio,redis_cmds_per_op,redis_reads_per_op,redis_cpu_us_per_op,host_cpu_us_per_op,host_rss_mb,late_ms" >"$SRAW"
   echo "rtt_ms,side,client,procs,writes,readers,p50_us,p99_us,max_us,unseen" >"$STRAW"
   if [[ "$SIDES_LOAD" == 0 ]]; then SIDES_WORKLOADS=""; CHART=0; fi
-  log "populating $KEYS strings of $VALUE_SIZE bytes and $KEYS 10-field hashes"
-  [[ "$(redis-cli -p "$RP" flushall)" == OK ]] || die "FLUSHALL failed"
-  local t
-  for t in string hash; do
-    "$WORKLOAD_BIN" --target "127.0.0.1:$RP" --populate --ops 0 --conns 4 --type "$t" --keys "$KEYS" \
-      --value-size "$VALUE_SIZE" 2>>"$WORK/populate.log" || die "populate failed (see $WORK/populate.log)"
-  done
+  populate_both
   local rtt wl n side k=0
   for rtt in $SIDES_RTTS; do
-    UP="$RP"
-    if [[ "$rtt" != 0 ]]; then
-      pick_port; UP="$PICKED"
-      local one_way_us
-      one_way_us="$(awk -v r="$rtt" 'BEGIN { printf "%d", r * 500 }')"
-      "${PIN_REMOTE[@]}" "$RELAY_BIN" --delay-us "$one_way_us" --route "127.0.0.1:$UP=unix:$WORK/redis.sock" \
-        >"$WORK/relay-$rtt.log" 2>&1 &
-      RELAY_PID=$!; PIDS+=("$RELAY_PID")
-      wait_ping relay "$RELAY_PID" "$UP"
-    fi
+    start_relay "$rtt"
     for wl in $SIDES_WORKLOADS; do
       for n in $SIDES_NS; do
         k=$((k + 1))

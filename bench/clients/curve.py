@@ -19,8 +19,9 @@ wl_client.py) that
 
 The launcher steers the workers through a shared page (mmap before the
 fork): the phase (0 warm-up, k the k-th cell, -1 the end) and each
-worker's rate. At a phase change each worker writes the histogram of the
-cell it leaves (1 µs buckets up to 100 ms) to --hist-dir.
+worker's rate. At a phase change each worker writes the cell it leaves
+as a workload report (1 µs buckets up to 100 ms) to --hist-dir, and the
+launcher merges the workers' reports with `workload --merge` (--merge-bin).
 
 Measured by the launcher around each cell, from outside the workers:
 Redis's commands, its CPU (schedstat, ns), the bytes in and out of it
@@ -40,6 +41,7 @@ import mmap
 import os
 import random
 import struct
+import subprocess
 import sys
 import time
 import urllib.request
@@ -102,20 +104,21 @@ def worker(a, idx, sh):
     cur = 0
     rate = 0.0
     h = wl_client.Hist()
-    errors = 0
-    nxt = 0
+    errors = reads = writes = 0
+    nxt = began = last = began_ns = 0
     while True:
         ph = sh.phase()
         if ph != cur:
             if 0 < cur < PAUSE:
                 path = os.path.join(a.hist_dir, f"cell-{cur}-proc-{idx}.hist")
                 with open(path + ".part", "w") as f:
-                    f.write(f"errors={errors}\n{h.text()}")
+                    f.write(wl_client.report_text(began_ns, (last - began) / 1e9, reads, writes, errors, h))
                 os.rename(path + ".part", path)  # whole when the launcher sees it
             if ph < 0:
                 return
-            cur, rate, h, errors = ph, sh.rate(), wl_client.Hist(), 0
-            nxt = pc()
+            cur, rate, h, errors, reads, writes = ph, sh.rate(), wl_client.Hist(), 0, 0, 0
+            nxt = began = last = pc()
+            began_ns = time.time_ns()
         if cur >= PAUSE:
             time.sleep(0.001)
             continue
@@ -137,7 +140,10 @@ def worker(a, idx, sh):
         if not w or reads_per_write:
             sh.add(idx, 1)
         if cur > 0:
-            h.record(pc() - start)
+            last = pc()
+            h.record(last - start)
+            writes += w
+            reads += not w
 
 
 def schedstat_ns(pids):
@@ -197,32 +203,10 @@ class Probe:
         return 0.0
 
 
-def merge(files):
-    b, over_max, errors = {}, 0, 0
-    for f in files:
-        lines = open(f).read().splitlines()
-        errors += int(lines[0].split("=")[1])
-        head = dict(kv.split("=") for kv in lines[1].split())
-        over = int(head["over"])
-        if over:
-            b[wl_client.SPAN_US] = b.get(wl_client.SPAN_US, 0) + over
-            over_max = max(over_max, int(head["over_max_us"]))
-        for line in lines[2:]:
-            us, n = map(int, line.split())
-            b[us] = b.get(us, 0) + n
-    total = sum(b.values())
-    keys = sorted(b)
-
-    def q(p):
-        want, seen = p * total, 0
-        for k in keys:
-            seen += b[k]
-            if seen >= want:
-                return over_max if k == wl_client.SPAN_US else k
-        return 0
-
-    mx = over_max if over_max else (keys[-1] if keys else 0)
-    return total, errors, q(0.5), q(0.99), q(0.999), mx
+def merge(a, files):
+    """The cell's figures: `workload --merge` of the workers' reports."""
+    out = subprocess.run([a.merge_bin, "--merge", *files], check=True, capture_output=True, text=True).stdout
+    return dict(kv.split("=", 1) for kv in out.split())
 
 
 def launcher(a):
@@ -305,7 +289,9 @@ def run(a, sh, pids):
                 if time.monotonic() > deadline:
                     sys.exit(f"curve: cell {k}: not every worker wrote its histogram within 30 s")
                 time.sleep(0.02)
-            ops, errors, p50, p99, p999, mx = merge(files)
+            m = merge(a, files)
+            ops, errors, p50, p99, p999, mx = (int(m["ops"]), int(m["errors"]), float(m["p50_us"]),
+                                               float(m["p99_us"]), float(m["p999_us"]), float(m["max_us"]))
             secs = y["t"] - x["t"]
             hr = probe.hit_ratio(x, y)
 
@@ -331,17 +317,8 @@ def run(a, sh, pids):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="127.0.0.1:6379")
-    p.add_argument("--unix")
-    p.add_argument("--csc", action="store_true")
-    p.add_argument("--csc-max-entries", type=int, default=10000)
-    p.add_argument("--procs", type=int, default=8)
-    p.add_argument("--workload", choices=["a", "b", "c", "f", "session"], default="b")
-    p.add_argument("--keys", type=int, default=1_000_000)
-    p.add_argument("--zipf-s", type=float, default=0.99)
-    p.add_argument("--value-size", type=int, default=1024)
-    p.add_argument("--session-write-pct", type=float, default=20.0)
-    p.add_argument("--seed", type=int)
+    wl_client.add_workload_args(p, procs=8)
+    p.add_argument("--merge-bin", required=True, help="bench's `workload` binary: its --merge reads the cells' reports")
     p.add_argument("--rates", required=True, help="ops/s in all, space- or comma-separated")
     p.add_argument("--cell-secs", type=float, default=20)
     p.add_argument("--stop-p99-us", type=int, default=5000)

@@ -106,6 +106,29 @@ class Hist:
         return "\n".join(lines) + "\n"
 
 
+def report_text(start_ns, secs, reads, writes, errors, h):
+    """A report file of bench/src/workload/report.rs, which `workload
+    --merge` reads (percentiles from the merged buckets)."""
+    return (f"{MAGIC}\nstart_unix_ns={start_ns} secs={secs} reads={reads} writes={writes} "
+            f"errors={errors} nils=0 backwards=0\n{h.text()}")
+
+
+def add_workload_args(p, procs=1):
+    """The flags of the workers' target, client and workload (shared with
+    curve.py)."""
+    p.add_argument("--target", default="127.0.0.1:6379")
+    p.add_argument("--unix")
+    p.add_argument("--csc", action="store_true", help="redis-py's client-side cache (RESP3, Redis >= 7.4)")
+    p.add_argument("--csc-max-entries", type=int, default=10000)
+    p.add_argument("--procs", type=int, default=procs)
+    p.add_argument("--workload", choices=["a", "b", "c", "f", "session"], default="b")
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--zipf-s", type=float, default=0.99)
+    p.add_argument("--value-size", type=int, default=1024)
+    p.add_argument("--session-write-pct", type=float, default=20.0)
+    p.add_argument("--seed", type=int)
+
+
 def client(a):
     import redis
 
@@ -205,8 +228,7 @@ def worker_load(a, idx):
                 read_cmds += 1
     secs = (last_end - t0) / 1e9 if done else 0.0
     with open(os.path.join(a.hist_dir, f"proc-{idx}.hist"), "w") as f:
-        f.write(f"{MAGIC}\nstart_unix_ns={start_ns} secs={secs} reads={reads} writes={writes} "
-                f"errors={errors} nils=0 backwards=0\n{h.text()}")
+        f.write(report_text(start_ns, secs, reads, writes, errors, h))
     with open(os.path.join(a.hist_dir, f"proc-{idx}.extra"), "w") as f:
         f.write(f"read_cmds={read_cmds} write_cmds={write_cmds} late_ms={max(late, 0):.1f}\n")
 
@@ -272,21 +294,11 @@ def run_forked(a, fn):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["load", "stale-reader", "stale-writer"])
-    p.add_argument("--target", default="127.0.0.1:6379")
-    p.add_argument("--unix")
-    p.add_argument("--csc", action="store_true", help="redis-py's client-side cache (RESP3, Redis >= 7.4)")
-    p.add_argument("--csc-max-entries", type=int, default=10000)
-    p.add_argument("--procs", type=int, default=1)
-    p.add_argument("--workload", choices=["a", "b", "c", "f", "session"], default="b")
-    p.add_argument("--keys", type=int, default=1_000_000)
-    p.add_argument("--zipf-s", type=float, default=0.99)
-    p.add_argument("--value-size", type=int, default=1024)
-    p.add_argument("--session-write-pct", type=float, default=20.0)
+    add_workload_args(p)
     p.add_argument("--start-at", type=float, default=0, help="unix ms")
     p.add_argument("--warm-secs", type=float, default=1.0)
     p.add_argument("--secs", type=float, default=2.0)
     p.add_argument("--tail-secs", type=float, default=0.5, help="the load goes on, uncounted, while the figures are read")
-    p.add_argument("--seed", type=int)
     p.add_argument("--hist-dir", default=".")
     p.add_argument("--key", default="wlstale:0")
     p.add_argument("--until-ms", type=float, default=0)
