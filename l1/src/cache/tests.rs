@@ -456,8 +456,14 @@ fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap
         ..L1Config::default()
     });
     let later = Instant::now() + Duration::from_secs(60);
+    // A key outside the unread-write sample (1 hash in 16, the hasher
+    // seeded per L1), which keeps its own rule (every unread write cached).
+    let k = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| !super::marks::sampled(c.hash(0, k.as_bytes())))
+        .expect("15 in 16 keys are outside the sample");
     // Never read: no re-read wanted.
-    let w = c.insert_written(0, &b("k"), &b("1"), later, Instant::now());
+    let w = c.insert_written(0, &b(&k), &b("1"), later, Instant::now());
     assert_eq!(
         w,
         Written {
@@ -468,23 +474,23 @@ fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap
     // Written again, not read between: not cached (the first write's
     // value goes with it: never served in place of the second).
     assert_eq!(
-        c.insert_written(0, &b("k"), &b("2"), later, Instant::now()),
+        c.insert_written(0, &b(&k), &b("2"), later, Instant::now()),
         Written {
             cached: false,
             reread: false
         }
     );
-    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    assert_eq!(c.get(0, &b(&k)), Lookup::Miss);
     // Read (a fill, after the write landed): the next writes want a
     // re-read while the read is within the cap, up to 64 with no read
     // between; the one after them is not even cached (per key).
-    let t = c.begin_fill(0, b"k");
-    assert!(c.complete_fill(t, 0, b("k"), Some(b("2")), -1));
-    assert_eq!(c.get(0, &b("k")), Lookup::Hit(Some(b("2"))));
+    let t = c.begin_fill(0, k.as_bytes());
+    assert!(c.complete_fill(t, 0, b(&k), Some(b("2")), -1));
+    assert_eq!(c.get(0, &b(&k)), Lookup::Hit(Some(b("2"))));
     for n in 0..64 {
         let v = format!("3.{n}");
         assert_eq!(
-            c.insert_written(0, &b("k"), &b(&v), later, Instant::now()),
+            c.insert_written(0, &b(&k), &b(&v), later, Instant::now()),
             Written {
                 cached: true,
                 reread: true
@@ -493,13 +499,13 @@ fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap
         );
     }
     assert_eq!(
-        c.insert_written(0, &b("k"), &b("4"), later, Instant::now()),
+        c.insert_written(0, &b(&k), &b("4"), later, Instant::now()),
         Written {
             cached: false,
             reread: false
         }
     );
-    assert_eq!(c.get(0, &b("k")), Lookup::Miss);
+    assert_eq!(c.get(0, &b(&k)), Lookup::Miss);
     assert_eq!(c.stats().uncached, 2);
     // A fill is a read too.
     let t = c.begin_fill(0, b"j");
@@ -510,13 +516,13 @@ fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap
     );
     // Another database is another key.
     assert!(
-        !c.insert_written(1, &b("k"), &b("w"), later, Instant::now())
+        !c.insert_written(1, &b(&k), &b("w"), later, Instant::now())
             .reread
     );
     // Past the cap (1 s; marks count whole seconds): no longer read.
     let t = Instant::now() + Duration::from_millis(2_100);
     assert!(
-        !c.insert_written(0, &b("k"), &b("5"), later + Duration::from_secs(3), t)
+        !c.insert_written(0, &b(&k), &b("5"), later + Duration::from_secs(3), t)
             .reread
     );
     // Off (bcast): never a read.
@@ -524,10 +530,10 @@ fn a_write_reports_whether_its_key_is_read_between_its_writes_within_the_ttl_cap
         read_marks: false,
         ..L1Config::default()
     });
-    off.insert_written(0, &b("k"), &b("1"), later, Instant::now());
-    assert_eq!(off.get(0, &b("k")), Lookup::Hit(Some(b("1"))));
+    off.insert_written(0, &b(&k), &b("1"), later, Instant::now());
+    assert_eq!(off.get(0, &b(&k)), Lookup::Hit(Some(b("1"))));
     assert!(
-        !off.insert_written(0, &b("k"), &b("2"), later, Instant::now())
+        !off.insert_written(0, &b(&k), &b("2"), later, Instant::now())
             .reread
     );
 }
